@@ -1,0 +1,182 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser};
+
+/// Count a kernel function's calls by caller path, and capture the stacks of
+/// the path that dominates.
+#[derive(Debug, Parser)]
+#[command(
+    name = "topdown",
+    version = crate::version::long(),
+    about,
+    long_about = "Count a kernel function's calls by caller path (tier 1, always on) and capture \
+the stacks of one reason when it dominates (tier 2, on demand).\n\n\
+Every interval topdown prints, per reason, the calls in the interval, their rate and their share \
+of the total. A reason is, by default, the calling function; a profile groups call sites into named \
+reasons. When one reason reaches --threshold percent, topdown captures its kernel stacks and prints \
+the top ones.",
+    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto"
+)]
+pub struct Cli {
+    /// Kernel function to trace.
+    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
+    pub func: Option<String>,
+
+    /// Seconds between reports.
+    #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = positive_secs)]
+    pub interval: f64,
+
+    /// Stop after SECS seconds and print the summary.
+    #[arg(short, long, value_name = "SECS", value_parser = positive_secs)]
+    pub duration: Option<f64>,
+
+    /// Use fentry only (no kprobe fallback).
+    #[arg(long, conflicts_with = "kprobe")]
+    pub fentry: bool,
+
+    /// Use a kprobe instead of fentry.
+    #[arg(long)]
+    pub kprobe: bool,
+
+    /// Reason profile file (TOML); see topdown(8).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "no_profile"])]
+    pub reasons: Option<PathBuf>,
+
+    /// Built-in profile to use instead of the one for FUNC.
+    #[arg(long, value_name = "NAME", conflicts_with = "no_profile")]
+    pub profile: Option<String>,
+
+    /// One reason per caller function, even where a built-in profile exists.
+    #[arg(long)]
+    pub no_profile: bool,
+
+    /// Inline reason rules, e.g. 'ZAP=folio_remove_rmap_ptes;FAULT=do_huge_pmd_anonymous_page'.
+    #[arg(long, value_name = "RULES", conflicts_with_all = ["reasons", "profile"])]
+    pub rules: Option<String>,
+
+    /// Print the reason profile as resolved on this kernel, and exit.
+    #[arg(long)]
+    pub list_reasons: bool,
+
+    /// List the built-in profiles, and exit.
+    #[arg(long)]
+    pub list_profiles: bool,
+
+    /// Debug vmlinux (for inlined callers and source files).
+    #[arg(long, value_name = "PATH")]
+    pub vmlinux: Option<PathBuf>,
+
+    /// Most reasons shown on their own rows; more are merged into OTHER.
+    #[arg(long, value_name = "N", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=253))]
+    pub max_reasons: u32,
+
+    /// Capture stacks of REASON from the start.
+    #[arg(long, value_name = "REASON")]
+    pub stack_on: Option<String>,
+
+    /// Share (percent) of an interval's calls at which a reason's stacks are captured.
+    #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
+    pub threshold: f64,
+
+    /// Calls an interval needs before --threshold applies.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub min_events: u64,
+
+    /// Never switch stack capture on by itself.
+    #[arg(long)]
+    pub no_auto: bool,
+
+    /// Most stacks captured per second (spread evenly over the CPUs).
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rate: u64,
+
+    /// Keep 1 in N of the reason's calls for stacks.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample: u32,
+
+    /// Distinct stacks shown per interval and in the summary.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub top: usize,
+
+    /// Kernel frames captured per stack (at most 127).
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=127))]
+    pub depth: u32,
+
+    /// Capture user-space stacks too.
+    #[arg(short = 'U', long)]
+    pub user_stacks: bool,
+
+    /// Write captured stacks, folded (flame graph input), to FILE at exit.
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Print NDJSON (one object per interval, then a summary) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Check the cheap caller lookup against a full stack unwind on every call (slow).
+    #[arg(long)]
+    pub verify_caller: bool,
+
+    /// Show libbpf's own messages (verifier logs, attach details).
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Print only the summary at the end, not every interval.
+    #[arg(short, long, action = ArgAction::SetTrue)]
+    pub quiet: bool,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a percentage in (0, 100]")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Cli::try_parse_from(["topdown", "deferred_split_folio"]).unwrap();
+        assert_eq!(c.interval, 1.0);
+        assert_eq!(c.threshold, 80.0);
+        assert_eq!(c.duration, None);
+        assert!(!c.fentry && !c.kprobe);
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for args in [
+            &["topdown", "f", "-i", "0"][..],
+            &["topdown", "f", "-i", "x"],
+            &["topdown", "f", "--fentry", "--kprobe"],
+            &["topdown", "f", "--threshold", "101"],
+            &["topdown", "f", "--depth", "200"],
+            &["topdown"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! One error type: a one-line message for the user.
+
+use std::fmt;
+
+#[derive(Debug)]
+pub struct Error {
+    msg: String,
+    errno: Option<i32>,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn msg(msg: impl Into<String>) -> Self {
+        Error {
+            msg: msg.into(),
+            errno: None,
+        }
+    }
+
+    /// A libbpf error with what we were doing when it happened.
+    pub fn bpf(context: &str, e: libbpf_rs::Error) -> Self {
+        Error {
+            msg: format!("{context}: {}", one_line(&e)),
+            errno: errno_of(&e),
+        }
+    }
+
+    /// The OS error number behind the error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        self.errno
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error {
+            msg: e.to_string(),
+            errno: e.raw_os_error(),
+        }
+    }
+}
+
+/// The errno at the bottom of a libbpf-rs error chain.
+pub fn errno_of(e: &libbpf_rs::Error) -> Option<i32> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if let Some(n) = io.raw_os_error() {
+                return Some(n);
+            }
+        }
+        cur = err.source();
+    }
+    // The io::Error at the bottom is not exposed as a source; its Display
+    // ends in "(os error N)".
+    let text = format!("{e:#}");
+    let tail = &text[text.rfind("(os error ")? + "(os error ".len()..];
+    tail[..tail.find(')')?].parse().ok()
+}
+
+/// libbpf-rs's alternate Display prints the whole chain; keep it on one line.
+fn one_line(e: &libbpf_rs::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_is_found_under_context() {
+        use libbpf_rs::ErrorExt as _;
+        let e: libbpf_rs::Result<()> = Err(libbpf_rs::Error::from_raw_os_error(libc::EPERM));
+        let e = e.context("load").unwrap_err();
+        assert_eq!(errno_of(&e), Some(libc::EPERM));
+        assert_eq!(Error::bpf("x", e).errno(), Some(libc::EPERM));
+    }
+}

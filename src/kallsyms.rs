@@ -1,0 +1,255 @@
+//! Kernel text symbols from /proc/kallsyms: address → function and
+//! function name → address ranges.
+
+use std::collections::HashSet;
+use std::fs;
+
+/// One text symbol and the address range it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbol {
+    pub addr: u64,
+    /// First address past the symbol (the next text symbol's address).
+    pub end: u64,
+    pub name: String,
+    pub module: Option<String>,
+}
+
+/// Text symbols sorted by address.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    syms: Vec<Symbol>,
+}
+
+/// Size assumed for the last symbol, which has no successor.
+const LAST_SYMBOL_SIZE: u64 = 4096;
+
+/// A compiler clone's name folded to its function: `foo.constprop.0`,
+/// `foo.isra.0`, `foo.part.0` and `foo.cold` are all `foo`. Kernel C
+/// identifiers have no dots, so everything from the first dot on is a
+/// suffix.
+pub fn base_name(name: &str) -> &str {
+    match name.find('.') {
+        Some(0) | None => name,
+        Some(i) => &name[..i],
+    }
+}
+
+impl Kallsyms {
+    pub fn load() -> std::io::Result<Self> {
+        Ok(Self::parse(&fs::read_to_string("/proc/kallsyms")?))
+    }
+
+    /// Parses kallsyms text (`ADDR TYPE NAME [MODULE]` per line), keeping
+    /// text symbols. `__pfx_` padding symbols are dropped: no return
+    /// address points into them.
+    pub fn parse(text: &str) -> Self {
+        let mut syms: Vec<Symbol> = text
+            .lines()
+            .filter_map(|line| {
+                let mut f = line.split_whitespace();
+                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+                let ty = f.next()?;
+                let name = f.next()?;
+                if !matches!(ty, "t" | "T" | "w" | "W") || name.starts_with("__pfx_") {
+                    return None;
+                }
+                let module = f
+                    .next()
+                    .map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string());
+                Some(Symbol {
+                    addr,
+                    end: 0,
+                    name: name.to_string(),
+                    module,
+                })
+            })
+            .collect();
+        syms.sort_by_key(|s| s.addr);
+        for i in 0..syms.len() {
+            let next = syms[i + 1..]
+                .iter()
+                .map(|s| s.addr)
+                .find(|&a| a > syms[i].addr);
+            syms[i].end = next.unwrap_or(syms[i].addr + LAST_SYMBOL_SIZE);
+        }
+        Kallsyms { syms }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.syms.is_empty()
+    }
+
+    /// True when every address reads as zero: kptr_restrict (or missing
+    /// CAP_SYSLOG) hides them.
+    pub fn addresses_hidden(&self) -> bool {
+        self.syms.iter().all(|s| s.addr == 0)
+    }
+
+    /// The symbol whose range holds `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<&Symbol> {
+        let i = self.syms.partition_point(|s| s.addr <= addr);
+        let s = self.syms.get(i.checked_sub(1)?)?;
+        (addr < s.end).then_some(s)
+    }
+
+    /// The function a return address belongs to. One is subtracted first
+    /// because a call can be a function's last instruction.
+    pub fn caller_of(&self, ret: u64) -> Option<&Symbol> {
+        self.lookup(ret.checked_sub(1)?)
+    }
+
+    /// Symbols named exactly `name`.
+    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        self.syms.iter().filter(move |s| s.name == name)
+    }
+
+    /// Every symbol of a function: its own name and its clones and parts
+    /// (`name.*`).
+    pub fn function<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        self.syms.iter().filter(move |s| base_name(&s.name) == name)
+    }
+
+    /// Up to `n` function names close to `name`, closest first.
+    pub fn suggest(&self, name: &str, n: usize) -> Vec<String> {
+        let mut seen = HashSet::new();
+        let mut scored: Vec<(usize, &str)> = self
+            .syms
+            .iter()
+            .map(|s| base_name(&s.name))
+            .filter(|b| seen.insert(*b))
+            .filter_map(|b| {
+                let d = distance(name, b);
+                let close = d <= name.len().max(4) / 3 || (b.contains(name) && name.len() >= 4);
+                close.then_some((d, b))
+            })
+            .collect();
+        scored.sort();
+        scored
+            .into_iter()
+            .take(n)
+            .map(|(_, b)| b.to_string())
+            .collect()
+    }
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+ffffffff81000000 T _stext
+ffffffff81001000 t __pfx_do_huge_pmd_anonymous_page
+ffffffff81001010 T do_huge_pmd_anonymous_page
+ffffffff81001400 d some_data
+ffffffff81002000 t collapse_huge_page.isra.0
+ffffffff81002800 t collapse_huge_page.cold
+ffffffff81002900 T deferred_split_folio
+ffffffff81002a00 T folio_remove_rmap_ptes
+ffffffffc0001000 t thp_helper\t[thpmod]
+";
+
+    #[test]
+    fn lookup_uses_next_text_symbol_as_end() {
+        let k = Kallsyms::parse(TEXT);
+        let s = k.lookup(0xffffffff81001fff).unwrap();
+        assert_eq!(s.name, "do_huge_pmd_anonymous_page");
+        assert_eq!(s.end, 0xffffffff81002000);
+        assert_eq!(
+            k.lookup(0xffffffff81002000).unwrap().name,
+            "collapse_huge_page.isra.0"
+        );
+        assert!(k.lookup(0xffffffff80000000).is_none());
+        assert!(k.lookup(0xffffffffc0002000).is_none());
+    }
+
+    #[test]
+    fn pfx_and_data_symbols_are_dropped() {
+        let k = Kallsyms::parse(TEXT);
+        assert_eq!(k.named("__pfx_do_huge_pmd_anonymous_page").count(), 0);
+        assert_eq!(k.named("some_data").count(), 0);
+        // The padding before a function belongs to its predecessor.
+        assert_eq!(k.lookup(0xffffffff81001008).unwrap().name, "_stext");
+    }
+
+    #[test]
+    fn return_address_at_range_end_belongs_to_the_caller() {
+        let k = Kallsyms::parse(TEXT);
+        // A call that is a function's last instruction returns to the next
+        // function's first byte.
+        assert_eq!(
+            k.caller_of(0xffffffff81002000).unwrap().name,
+            "do_huge_pmd_anonymous_page"
+        );
+        assert_eq!(
+            k.caller_of(0xffffffff81002001).unwrap().name,
+            "collapse_huge_page.isra.0"
+        );
+    }
+
+    #[test]
+    fn clone_suffixes_fold() {
+        assert_eq!(base_name("collapse_huge_page.isra.0"), "collapse_huge_page");
+        assert_eq!(base_name("foo.constprop.12"), "foo");
+        assert_eq!(base_name("foo.part.3"), "foo");
+        assert_eq!(base_name("foo.cold"), "foo");
+        assert_eq!(base_name("foo"), "foo");
+        assert_eq!(base_name(".hidden"), ".hidden");
+        let k = Kallsyms::parse(TEXT);
+        let names: Vec<_> = k
+            .function("collapse_huge_page")
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["collapse_huge_page.isra.0", "collapse_huge_page.cold"]
+        );
+    }
+
+    #[test]
+    fn modules_are_kept() {
+        let k = Kallsyms::parse(TEXT);
+        let s = k.lookup(0xffffffffc0001004).unwrap();
+        assert_eq!(s.module.as_deref(), Some("thpmod"));
+    }
+
+    #[test]
+    fn hidden_addresses_are_detected() {
+        let k = Kallsyms::parse("0000000000000000 T foo\n0000000000000000 t bar\n");
+        assert!(k.addresses_hidden());
+        assert!(!Kallsyms::parse(TEXT).addresses_hidden());
+    }
+
+    #[test]
+    fn suggestions_are_close_names() {
+        let k = Kallsyms::parse(TEXT);
+        assert_eq!(
+            k.suggest("deferred_split_foli", 5),
+            ["deferred_split_folio"]
+        );
+        assert_eq!(k.suggest("collapse_huge", 5), ["collapse_huge_page"]);
+        assert!(k.suggest("zzzzzzzz", 5).is_empty());
+    }
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("abc", "abc"), 0);
+    }
+}

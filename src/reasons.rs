@@ -1,0 +1,214 @@
+//! Reason slots: the names behind the per-CPU counter array, and the
+//! mapping from a caller's return address to a slot.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::kallsyms::{base_name, Kallsyms};
+
+/// Slot layout shared with the BPF side (src/bpf/topdown.h).
+pub const NR_SLOTS: usize = 256;
+pub const SLOT_NOT_FOUND: u32 = 0;
+pub const SLOT_SITES_FULL: u32 = 1;
+const FIRST_REASON: u32 = 2;
+/// Named reasons at most, leaving one slot for OTHER.
+pub const MAX_REASONS: usize = NR_SLOTS - FIRST_REASON as usize - 1;
+
+pub const NOT_FOUND_NAME: &str = "[caller not found]";
+pub const SITES_FULL_NAME: &str = "[site table full]";
+pub const OTHER_NAME: &str = "OTHER";
+/// Reason for return addresses outside every kallsyms symbol.
+pub const UNKNOWN_NAME: &str = "[unknown]";
+
+/// The names of the slots in use, allocated as reasons appear.
+#[derive(Debug)]
+pub struct Reasons {
+    names: Vec<String>,
+    by_name: HashMap<String, u32>,
+    max: usize,
+    other: Option<u32>,
+    merged: BTreeSet<String>,
+}
+
+impl Reasons {
+    /// A table that names at most `max` reasons; more go to OTHER.
+    pub fn new(max: usize) -> Self {
+        Reasons {
+            names: vec![NOT_FOUND_NAME.into(), SITES_FULL_NAME.into()],
+            by_name: HashMap::new(),
+            max: max.min(MAX_REASONS),
+            other: None,
+            merged: BTreeSet::new(),
+        }
+    }
+
+    /// The slot of a reason, allocated on first use.
+    pub fn slot(&mut self, name: &str) -> u32 {
+        if let Some(&s) = self.by_name.get(name) {
+            return s;
+        }
+        if self.by_name.len() - usize::from(self.other.is_some()) >= self.max {
+            self.merged.insert(name.to_string());
+            return self.other_slot();
+        }
+        self.push(name)
+    }
+
+    fn other_slot(&mut self) -> u32 {
+        match self.other {
+            Some(s) => s,
+            None => {
+                let s = self.push(OTHER_NAME);
+                self.other = Some(s);
+                s
+            }
+        }
+    }
+
+    fn push(&mut self, name: &str) -> u32 {
+        let s = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.by_name.insert(name.to_string(), s);
+        s
+    }
+
+    /// The slot of an existing reason.
+    pub fn lookup(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn name(&self, slot: u32) -> &str {
+        self.names.get(slot as usize).map_or("?", String::as_str)
+    }
+
+    /// Number of slots in use, the special ones included.
+    pub fn slots_used(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Names of the reasons, without the special slots.
+    pub fn reason_names(&self) -> impl Iterator<Item = &str> {
+        self.names[FIRST_REASON as usize..]
+            .iter()
+            .map(String::as_str)
+    }
+
+    /// Callers merged into OTHER because the table was full.
+    pub fn merged(&self) -> &BTreeSet<String> {
+        &self.merged
+    }
+
+    pub fn is_special(slot: u32) -> bool {
+        slot < FIRST_REASON
+    }
+}
+
+/// Maps call sites to reason slots: through the profile's caller table
+/// where it names the caller, else one reason per caller function.
+#[derive(Debug)]
+pub struct Mapper {
+    pub reasons: Reasons,
+    by_caller: HashMap<String, u32>,
+}
+
+impl Mapper {
+    /// One reason per caller function.
+    pub fn auto(max_reasons: usize) -> Self {
+        Mapper {
+            reasons: Reasons::new(max_reasons),
+            by_caller: HashMap::new(),
+        }
+    }
+
+    /// Routes calls from `caller` (a function name, clones folded) to `reason`.
+    pub fn route(&mut self, caller: &str, reason: &str) -> u32 {
+        let slot = self.reasons.slot(reason);
+        self.by_caller.insert(caller.to_string(), slot);
+        slot
+    }
+
+    /// The slot for a caller's return address.
+    pub fn classify(&mut self, ksyms: &Kallsyms, ret: u64) -> u32 {
+        let caller = caller_name(ksyms, ret);
+        match self.by_caller.get(caller) {
+            Some(&slot) => slot,
+            None => self.reasons.slot(caller),
+        }
+    }
+}
+
+/// The name of the caller function a return address lies in, clone
+/// suffixes folded.
+pub fn caller_name(ksyms: &Kallsyms, ret: u64) -> &str {
+    ksyms
+        .caller_of(ret)
+        .map_or(UNKNOWN_NAME, |s| base_name(&s.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_stable_and_special_slots_reserved() {
+        let mut r = Reasons::new(64);
+        assert_eq!(r.name(SLOT_NOT_FOUND), NOT_FOUND_NAME);
+        assert_eq!(r.name(SLOT_SITES_FULL), SITES_FULL_NAME);
+        let a = r.slot("a");
+        let b = r.slot("b");
+        assert_eq!((a, b), (2, 3));
+        assert_eq!(r.slot("a"), a);
+        assert_eq!(r.lookup("b"), Some(b));
+        assert_eq!(r.reason_names().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn past_the_limit_callers_merge_into_other() {
+        let mut r = Reasons::new(2);
+        let a = r.slot("a");
+        let b = r.slot("b");
+        let c = r.slot("c");
+        let d = r.slot("d");
+        assert_ne!(a, b);
+        assert_eq!(c, d);
+        assert_eq!(r.name(c), OTHER_NAME);
+        assert_eq!(r.merged().iter().collect::<Vec<_>>(), ["c", "d"]);
+        // A known reason keeps its slot after the table filled.
+        assert_eq!(r.slot("a"), a);
+        assert_eq!(r.slots_used(), 5);
+    }
+
+    #[test]
+    fn the_limit_is_capped_by_the_slot_array() {
+        let mut r = Reasons::new(10_000);
+        for i in 0..MAX_REASONS {
+            r.slot(&format!("f{i}"));
+        }
+        let other = r.slot("one_too_many");
+        assert_eq!(r.name(other), OTHER_NAME);
+        assert_eq!(other as usize, NR_SLOTS - 1);
+    }
+
+    #[test]
+    fn routed_callers_share_a_reason_and_others_get_their_own() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 t zap_pte_range\nffffffff81001000 T folio_remove_rmap_ptes\nffffffff81002000 T other_caller\nffffffff81003000 T end\n",
+        );
+        let mut m = Mapper::auto(64);
+        let zap = m.route("zap_pte_range", "ZAP");
+        assert_eq!(m.route("folio_remove_rmap_ptes", "ZAP"), zap);
+        assert_eq!(m.classify(&k, 0xffffffff81000100), zap);
+        assert_eq!(m.classify(&k, 0xffffffff81001100), zap);
+        let other = m.classify(&k, 0xffffffff81002100);
+        assert_ne!(other, zap);
+        assert_eq!(m.reasons.name(other), "other_caller");
+    }
+
+    #[test]
+    fn caller_names_fold_clones() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 t collapse_huge_page.isra.0\nffffffff81001000 T next\n",
+        );
+        assert_eq!(caller_name(&k, 0xffffffff81000010), "collapse_huge_page");
+        assert_eq!(caller_name(&k, 0x1000), UNKNOWN_NAME);
+    }
+}
