@@ -1,0 +1,146 @@
+# Helpers for guest cases (busybox sh).  Source it first:   . "$TD_LIB"
+# This file is not a case itself.
+
+# fail MSG...: print "FAIL: MSG" and end the case as failed (exit 1).
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+
+# skip MSG...: print "SKIP: MSG" and end the case as skipped (exit 77).
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+# expect_eq NAME GOT WANT: print "ok: NAME = GOT" if GOT = WANT (string compare),
+# else fail.
+expect_eq() {
+	if [ "$2" = "$3" ]; then
+		echo "ok: $1 = $2"
+	else
+		fail "$1: got '$2', want '$3'"
+	fi
+}
+
+# vmstat KEY: print the value of KEY in /proc/vmstat; print nothing and return 1 if
+# there is no such key.
+vmstat() {
+	awk -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' /proc/vmstat
+}
+
+# need_cmd CMD...: skip the case unless every CMD is in PATH.
+need_cmd() {
+	for _c in "$@"; do
+		command -v "$_c" >/dev/null 2>&1 || skip "$_c not available"
+	done
+}
+
+# ftrace_calls FUNC CMD [ARG...]: run CMD with the ftrace function tracer limited to the
+# kernel function FUNC and to CMD's process, print CMD's output, then one line per caller:
+#   ftrace: FUNC <count> <comm> <caller>
+# (the caller is the function FUNC was called from, as ftrace shows it after "<-").
+# Returns CMD's exit status; returns 77 if ftrace cannot trace FUNC.
+ftrace_calls() {
+	_fn=$1
+	shift
+	_t=/sys/kernel/tracing
+	[ -w "$_t/set_ftrace_filter" ] || return 77
+	grep -qx "$_fn" "$_t/available_filter_functions" 2>/dev/null || return 77
+	echo 0 >"$_t/tracing_on"
+	echo nop >"$_t/current_tracer"
+	echo 8192 >"$_t/buffer_size_kb"
+	echo "$_fn" >"$_t/set_ftrace_filter" || return 77
+	echo >"$_t/trace"
+	echo function >"$_t/current_tracer"
+	echo 1 >"$_t/tracing_on"
+	sh -c 'echo $$ >/sys/kernel/tracing/set_ftrace_pid && exec "$@"' sh "$@"
+	_rc=$?
+	echo 0 >"$_t/tracing_on"
+	# Lines look like "  thp-123  [001] ..... 12.345678: FUNC <-CALLER".
+	awk -v fn="$_fn" '
+		/^#/ { next }
+		{
+			for (i = 1; i < NF; i++)
+				if ($i == fn && substr($(i + 1), 1, 2) == "<-") {
+					comm = $1
+					sub(/-[0-9]+$/, "", comm)
+					n[comm " " substr($(i + 1), 3)]++
+				}
+		}
+		END { for (k in n) print "ftrace: " fn " " n[k] " " k }
+	' "$_t/trace" | sort
+	_lost=$(awk '/^overrun:/ { s += $2 } END { print s + 0 }' "$_t"/per_cpu/cpu*/stats)
+	[ "$_lost" = 0 ] || echo "ftrace: lost $_lost events (buffer overrun)"
+	echo nop >"$_t/current_tracer"
+	echo >"$_t/set_ftrace_filter"
+	echo >"$_t/set_ftrace_pid"
+	return $_rc
+}
+
+# need_func FUNC...: skip the case unless every FUNC is a function of the running kernel
+# (a text symbol in /proc/kallsyms).
+need_func() {
+	for _f in "$@"; do
+		grep -q " [tT] $_f\$" /proc/kallsyms || skip "no kernel function $_f in $TD_KERNEL"
+	done
+}
+
+# ------------------------------------------------------------------ topdown helpers
+
+# td_start ARGS...: start "topdown ARGS --json" in the background (stdout to $TD_OUT,
+# stderr to $TD_ERR, pid in $TD_PID) and wait until it has attached.
+td_start() {
+	TD_OUT=$TD_TMP/td.out
+	TD_ERR=$TD_TMP/td.err
+	topdown "$@" --json >"$TD_OUT" 2>"$TD_ERR" &
+	TD_PID=$!
+	_i=0
+	until grep -qs "Ctrl-C to end" "$TD_ERR"; do
+		if ! kill -0 "$TD_PID" 2>/dev/null; then
+			cat "$TD_ERR"
+			fail "topdown $* exited before it attached"
+		fi
+		_i=$((_i + 1))
+		[ $_i -lt 600 ] || fail "topdown $* did not attach within 60 s"
+		sleep 0.1
+	done
+	echo "+ topdown $* (pid $TD_PID): $(head -1 "$TD_ERR")"
+}
+
+# td_stop [SIGNAL]: send SIGNAL (default INT) to topdown, wait for it; sets TD_RC and
+# TD_SUMMARY (the summary object of the JSON output).
+td_stop() {
+	kill -"${1:-INT}" "$TD_PID"
+	wait "$TD_PID"
+	TD_RC=$?
+	TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
+	[ -n "$TD_SUMMARY" ] || [ "${1:-INT}" = KILL ] || { cat "$TD_ERR"; fail "no summary from topdown"; }
+	[ -z "$TD_SUMMARY" ] || echo "summary: $TD_SUMMARY" | cut -c1-2000
+}
+
+# reason_count NAME: the run's count for reason NAME in $TD_SUMMARY (0 if it has no row).
+reason_count() {
+	_v=$(echo "$TD_SUMMARY" | grep -o "{\"reason\":\"$1\",\"count\":[0-9]*" | sed 's/.*://')
+	echo "${_v:-0}"
+}
+
+# reason_rows: number of reason rows in $TD_SUMMARY.
+reason_rows() {
+	echo "$TD_SUMMARY" | grep -o '{"reason":' | wc -l
+}
+
+# summary_num KEY: the first number stored under "KEY" in $TD_SUMMARY.
+summary_num() {
+	echo "$TD_SUMMARY" | grep -o "\"$1\":[0-9]*" | head -1 | sed 's/.*://'
+}
+
+# summary_str KEY: the first string stored under "KEY" in $TD_SUMMARY.
+summary_str() {
+	echo "$TD_SUMMARY" | grep -o "\"$1\":\"[^\"]*\"" | head -1 | sed 's/.*:"//; s/"$//'
+}
+
+# td_progs: how many BPF programs of topdown's (named td_*) are loaded.
+td_progs() {
+	bpftool prog show 2>/dev/null | grep -c ' name td_'
+}

@@ -1,0 +1,68 @@
+/*
+ * readloop -- read 1 byte from /dev/zero N times.
+ *
+ * Build:  cc -static -O2 -fno-omit-frame-pointer -o readloop readloop.c
+ *
+ * Each read goes through read_one(), a function of its own with a frame pointer: the
+ * kernel's user-stack unwinder follows frame pointers, and libc's read() sets up no
+ * frame, so the frame pointer it leaves names read_one's caller, main().
+ * Usage:  readloop N
+ *
+ * Opens /dev/zero once, then makes exactly N read(fd, buf, 1) system calls, i.e. N calls
+ * of vfs_read() (ksys_read -> vfs_read), each returning 1.  Being static, the program
+ * makes no other read() calls (no dynamic loader).  Then it prints
+ *   readloop: reads=N
+ * and exits 0.  Usage errors exit 2, a failed open/read exits 1.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((noinline)) static ssize_t read_one(int fd, char *c)
+{
+	ssize_t r = read(fd, c, 1);
+
+	/* Keeps the call from becoming a tail call, which would drop this frame. */
+	__asm__ volatile("" ::: "memory");
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long n, i;
+	char *end, c;
+	int fd;
+
+	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		fputs("usage: readloop N\n"
+		      "Reads 1 byte from /dev/zero N times (N read() calls, one vfs_read() each),\n"
+		      "then prints \"readloop: reads=N\".\n",
+		      argc == 2 ? stdout : stderr);
+		return argc == 2 ? 0 : 2;
+	}
+	errno = 0;
+	n = strtoull(argv[1], &end, 10);
+	if (errno || end == argv[1] || *end || argv[1][0] == '-') {
+		fprintf(stderr, "readloop: bad count '%s'\n", argv[1]);
+		return 2;
+	}
+	fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "readloop: open /dev/zero: %s\n", strerror(errno));
+		return 1;
+	}
+	for (i = 0; i < n; i++) {
+		ssize_t r = read_one(fd, &c);
+
+		if (r != 1) {
+			fprintf(stderr, "readloop: read %llu returned %zd: %s\n", i + 1, r,
+				r < 0 ? strerror(errno) : "short read");
+			return 1;
+		}
+	}
+	printf("readloop: reads=%llu\n", n);
+	return 0;
+}
