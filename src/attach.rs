@@ -133,23 +133,13 @@ fn try_fentry<'obj>(
     if !Path::new(BTF_PATH).exists() {
         return Err(format!("the kernel has no BTF ({BTF_PATH} is missing)"));
     }
-    let open = probe::open(storage, settings, Mode::Fentry).map_err(|e| e.to_string())?;
-    let skel = open.load().map_err(|e| {
-        let err = Error::bpf("load", e);
-        match err.errno() {
-            Some(libc::EPERM) => "the kernel refused the fentry program (EPERM at load): \
-                 BPF trampolines are not permitted or not supported here"
-                .to_string(),
-            Some(libc::ESRCH) | Some(libc::ENOENT) => format!(
-                "{func} is not in the kernel's BTF (static, inlined or left out of BTF), \
-                 so fentry cannot attach to it"
-            ),
-            Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => {
-                "this kernel has no BPF trampolines (fentry unsupported)".to_string()
-            }
-            _ => format!("the fentry program failed to {err}"),
-        }
-    })?;
+    // libbpf looks FUNC up in BTF when the target is set, so "not in BTF"
+    // can come from open as well as from load.
+    let open =
+        probe::open(storage, settings, Mode::Fentry).map_err(|e| fentry_refusal(&e, func))?;
+    let skel = open
+        .load()
+        .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
     let link = skel.progs.td_fentry.attach_trace().map_err(|e| {
         let err = Error::bpf("attach", e);
         match err.errno() {
@@ -166,6 +156,23 @@ fn try_fentry<'obj>(
         }
     })?;
     Ok(Probe::new(skel, Mode::Fentry, func, Some(link)))
+}
+
+/// Why fentry could not be loaded, in words a user can act on.
+fn fentry_refusal(err: &Error, func: &str) -> String {
+    match err.errno() {
+        Some(libc::EPERM) => "the kernel refused the fentry program (EPERM at load): \
+             BPF trampolines are not permitted or not supported here"
+            .to_string(),
+        Some(libc::ESRCH) | Some(libc::ENOENT) => format!(
+            "{func} is not in the kernel's BTF (static, inlined or left out of BTF), \
+             so fentry cannot attach to it"
+        ),
+        Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => {
+            "this kernel has no BPF trampolines (fentry unsupported)".to_string()
+        }
+        _ => format!("the fentry program failed: {err}"),
+    }
 }
 
 fn try_kprobe<'obj>(

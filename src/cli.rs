@@ -124,6 +124,10 @@ pub struct Cli {
     #[arg(long)]
     pub verify_caller: bool,
 
+    /// Attach an empty fentry or fexit program beside the counting one (self-checks, cost baseline).
+    #[arg(long, value_name = "KIND", value_parser = ["fentry", "fexit"], hide = true)]
+    pub companion: Option<String>,
+
     /// Show libbpf's own messages (verifier logs, attach details).
     #[arg(short, long)]
     pub verbose: bool,

@@ -11,9 +11,13 @@ pub mod kallsyms;
 pub mod output;
 pub mod poll;
 pub mod probe;
+pub mod profile;
 pub mod rates;
 pub mod reasons;
 pub mod session;
+pub mod stacks;
+pub mod symbolize;
+pub mod trigger;
 pub mod version;
 
 #[allow(clippy::all, unused_imports, dead_code, missing_docs)]

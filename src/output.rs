@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::probe::ProgStats;
 use crate::rates::Interval;
 use crate::reasons::Reasons;
 
@@ -21,10 +22,12 @@ pub struct Drops {
     pub stacks_sampled_out: u64,
     pub stacks_rate_capped: u64,
     pub stacks_ringbuf_full: u64,
+    /// Calls made by topdown itself (symbolizing reads files), not counted.
+    pub own_calls: u64,
 }
 
 impl Drops {
-    fn fields(&self) -> [(&'static str, u64); 7] {
+    fn fields(&self) -> [(&'static str, u64); 8] {
         [
             ("caller_not_found", self.caller_not_found),
             ("sites_full", self.sites_full),
@@ -33,6 +36,7 @@ impl Drops {
             ("stacks_sampled_out", self.stacks_sampled_out),
             ("stacks_rate_capped", self.stacks_rate_capped),
             ("stacks_ringbuf_full", self.stacks_ringbuf_full),
+            ("own_calls", self.own_calls),
         ]
     }
 }
@@ -64,8 +68,15 @@ pub struct Summary<'a> {
     pub phase: &'a str,
     pub stack_reason: Option<&'a str>,
     pub stacks_total: u64,
+    /// Calls of the stack reason seen by the stack program, and samples it sent.
+    pub stacks_matched: u64,
+    pub stacks_sent: u64,
     pub stacks: &'a [StackRow],
     pub verify: Option<Verify>,
+    /// The counting program's run statistics.
+    pub prog: ProgStats,
+    /// An empty companion program's, named by its kind.
+    pub companion: Option<(&'a str, ProgStats)>,
 }
 
 /// Local wall-clock time as HH:MM:SS.
@@ -179,7 +190,28 @@ pub fn summary_table(sum: &Summary<'_>) -> String {
             v.checked, v.mismatches, v.unwind_failed
         );
     }
+    if sum.prog.run_cnt > 0 {
+        let _ = writeln!(s, "  BPF cost: {}", cost_text(&sum.prog));
+        if let Some((kind, c)) = &sum.companion {
+            let _ = writeln!(s, "  empty {kind} companion: {}", cost_text(c));
+        }
+    }
     s
+}
+
+fn cost_text(p: &ProgStats) -> String {
+    format!(
+        "{} runs, {:.0} ns/run (kernel.bpf_stats_enabled=1)",
+        p.run_cnt,
+        p.run_time_ns as f64 / p.run_cnt.max(1) as f64
+    )
+}
+
+fn prog_json(p: &ProgStats) -> String {
+    format!(
+        "{{\"run_cnt\":{},\"run_time_ns\":{},\"recursion_misses\":{}}}",
+        p.run_cnt, p.run_time_ns, p.recursion_misses
+    )
 }
 
 /// A JSON string literal.
@@ -272,7 +304,7 @@ pub fn summary_json(sum: &Summary<'_>) -> String {
         .collect();
     let merged: Vec<String> = sum.reasons.merged().iter().map(|m| json_str(m)).collect();
     format!(
-        "{{\"type\":\"summary\",\"func\":{},\"mode\":{},\"phase\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"other_merges\":[{}],\"drops\":{{{}}},\"stack_reason\":{},\"stacks_captured\":{},\"stacks\":{},\"verify\":{}}}",
+        "{{\"type\":\"summary\",\"func\":{},\"mode\":{},\"phase\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"other_merges\":[{}],\"drops\":{{{}}},\"stack_reason\":{},\"stacks_matched\":{},\"stacks_sent\":{},\"stacks_captured\":{},\"stacks\":{},\"verify\":{},\"bpf\":{},\"companion\":{}}}",
         json_str(sum.func),
         json_str(sum.mode),
         json_str(sum.phase),
@@ -283,11 +315,19 @@ pub fn summary_json(sum: &Summary<'_>) -> String {
         merged.join(","),
         drops.join(","),
         sum.stack_reason.map_or("null".into(), json_str),
+        sum.stacks_matched,
+        sum.stacks_sent,
         sum.stacks_total,
         json_stacks(sum.stacks),
         sum.verify.map_or("null".into(), |v| format!(
             "{{\"checked\":{},\"mismatches\":{},\"unwind_failed\":{}}}",
             v.checked, v.mismatches, v.unwind_failed
+        )),
+        prog_json(&sum.prog),
+        sum.companion.as_ref().map_or("null".into(), |(kind, c)| format!(
+            "{{\"kind\":{},\"stats\":{}}}",
+            json_str(kind),
+            prog_json(c)
         ))
     )
 }
@@ -360,8 +400,12 @@ mod tests {
             phase: "stack capture",
             stack_reason: Some("do_huge_pmd_anonymous_page"),
             stacks_total: 3,
+            stacks_matched: 10,
+            stacks_sent: 3,
             stacks: &stacks,
             verify: None,
+            prog: ProgStats::default(),
+            companion: None,
         };
         let t = summary_table(&sum);
         assert!(t.contains("phase reached: stack capture"));
@@ -370,6 +414,7 @@ mod tests {
         assert!(t.contains("      a\n      b\n"));
         let j = summary_json(&sum);
         assert!(j.contains("\"stacks_rate_capped\":7"));
+        assert!(j.contains("\"stacks_matched\":10,\"stacks_sent\":3,\"stacks_captured\":3"));
         assert!(j.contains("\"stacks\":[{\"count\":3,\"frames\":[\"a\",\"b\"]}]"));
         assert!(j.starts_with("{\"type\":\"summary\",\"func\":\"f\",\"mode\":\"fentry\""));
     }

@@ -51,6 +51,30 @@ pub const MAX_DEEP_CALLERS: usize = 16;
 pub const MAX_DEEP_RULES: usize = 32;
 pub const MAX_RULE_DEPTH: u32 = 16;
 pub const MAX_STACK_FRAMES: u32 = 127;
+pub const MAX_STACK_RANGES: usize = 32;
+/// The stack reason when stacks are off.
+const TD_SLOT_NONE: u32 = u32::MAX;
+/// FUNC's entry frame is FUNC+5 (a call from the fentry site), FUNC+9
+/// behind an IBT endbr64, FUNC+1 under a kprobe: all below this.
+pub const ENTRY_WINDOW: u64 = 16;
+
+/// An empty program attached beside the counting one (fentry mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Companion {
+    /// Changes the trampoline frame layout: a check of the caller lookup.
+    Fexit,
+    /// The cost baseline for the counting program.
+    Fentry,
+}
+
+impl Companion {
+    pub fn name(self) -> &'static str {
+        match self {
+            Companion::Fexit => "fexit",
+            Companion::Fentry => "fentry",
+        }
+    }
+}
 
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +88,9 @@ pub struct Settings {
     pub max_per_cpu_sec: u64,
     pub callers: Vec<DeepCaller>,
     pub rules: Vec<DeepRule>,
+    pub companion: Option<Companion>,
+    /// Calls from this process are left out (0: count everything).
+    pub own_tgid: u32,
 }
 
 /// Counters kept by the BPF side besides the reason slots, summed over CPUs.
@@ -78,6 +105,8 @@ pub struct Stats {
     pub stack_rate_capped: u64,
     pub stack_ringbuf_full: u64,
     pub stack_emitted: u64,
+    /// Calls made by topdown itself, left out of the counts.
+    pub own_calls: u64,
 }
 
 /// Kernel-side run statistics of the counting program.
@@ -106,14 +135,30 @@ pub fn open<'obj>(
     open.progs.td_kprobe.set_autoload(!fentry);
     open.progs.td_kprobe_stack.set_autoload(!fentry);
     open.progs.td_selftest.set_autoload(false);
+    let companion = settings.companion.filter(|_| fentry);
+    let progs = &mut open.progs;
+    progs
+        .td_empty_fentry
+        .set_autoload(companion == Some(Companion::Fentry));
+    progs
+        .td_empty_fexit
+        .set_autoload(companion == Some(Companion::Fexit));
+    // Attached by hand: the stack programs only while capturing stacks.
     for p in [
-        &mut open.progs.td_fentry_stack,
-        &mut open.progs.td_kprobe_stack,
+        &mut progs.td_fentry_stack,
+        &mut progs.td_kprobe_stack,
+        &mut progs.td_empty_fentry,
+        &mut progs.td_empty_fexit,
     ] {
         p.set_autoattach(false);
     }
     if fentry {
-        for p in [&mut open.progs.td_fentry, &mut open.progs.td_fentry_stack] {
+        for p in [
+            &mut progs.td_fentry,
+            &mut progs.td_fentry_stack,
+            &mut progs.td_empty_fentry,
+            &mut progs.td_empty_fexit,
+        ] {
             p.set_attach_target(0, Some(settings.func.clone()))
                 .map_err(|e| Error::bpf("setting the fentry target", e))?;
         }
@@ -134,6 +179,8 @@ pub fn open_selftest<'obj>(
     open.progs.td_fentry_stack.set_autoload(false);
     open.progs.td_kprobe.set_autoload(false);
     open.progs.td_kprobe_stack.set_autoload(false);
+    open.progs.td_empty_fentry.set_autoload(false);
+    open.progs.td_empty_fexit.set_autoload(false);
     configure(&mut open, settings);
     Ok(open)
 }
@@ -145,11 +192,13 @@ fn configure(open: &mut OpenTopdownSkel<'_>, s: &Settings) {
         .as_deref_mut()
         .expect("the BPF object has .rodata");
     ro.func_addr = s.func_addr;
+    ro.entry_window = ENTRY_WINDOW;
     ro.verify_caller = s.verify_caller;
     ro.user_stacks = s.user_stacks;
     ro.stack_bytes = s.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
     ro.sample_every = s.sample_every.max(1);
     ro.max_per_cpu_sec = s.max_per_cpu_sec;
+    ro.own_tgid = s.own_tgid;
     ro.nr_callers = s.callers.len().min(MAX_DEEP_CALLERS) as u32;
     for (dst, c) in ro.callers.iter_mut().zip(&s.callers) {
         dst.lo = c.lo;
@@ -174,6 +223,7 @@ pub struct Probe<'obj> {
     // Dropping a link detaches its program.
     link: Option<Link>,
     stack_link: Option<Link>,
+    companion: Option<(Companion, Link)>,
 }
 
 fn sum_percpu<const N: usize>(values: &[Vec<u8>]) -> [u64; N] {
@@ -197,6 +247,7 @@ impl<'obj> Probe<'obj> {
             func: func.to_string(),
             link,
             stack_link: None,
+            companion: None,
         }
     }
 
@@ -212,6 +263,31 @@ impl<'obj> Probe<'obj> {
     pub fn detach(&mut self) {
         self.stack_link = None;
         self.link = None;
+        self.companion = None;
+    }
+
+    /// Attaches the empty companion program (loaded only if asked for).
+    pub fn attach_companion(&mut self, kind: Companion) -> Result<()> {
+        let progs = &self.skel.progs;
+        let prog = match kind {
+            Companion::Fentry => &progs.td_empty_fentry,
+            Companion::Fexit => &progs.td_empty_fexit,
+        };
+        let link = prog
+            .attach_trace()
+            .map_err(|e| Error::bpf("attaching the companion program", e))?;
+        self.companion = Some((kind, link));
+        Ok(())
+    }
+
+    /// Run statistics of the companion program, if one is attached.
+    pub fn companion_stats(&self) -> Option<(Companion, ProgStats)> {
+        let (kind, _) = self.companion.as_ref()?;
+        let prog = match kind {
+            Companion::Fentry => &self.skel.progs.td_empty_fentry,
+            Companion::Fexit => &self.skel.progs.td_empty_fexit,
+        };
+        Some((*kind, prog_stats(prog.as_fd())))
     }
 
     /// Per-slot counts summed over all possible CPUs.
@@ -280,6 +356,7 @@ impl<'obj> Probe<'obj> {
             stack_rate_capped: s[6],
             stack_ringbuf_full: s[7],
             stack_emitted: s[8],
+            own_calls: s[9],
         })
     }
 
@@ -299,9 +376,27 @@ impl<'obj> Probe<'obj> {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` from now on; attaches the sampling program
-    /// on first use, so it costs nothing until then.
-    pub fn stacks_on(&mut self, slot: u32) -> Result<()> {
+    /// Captures stacks of `slot` from now on; `callers` are the address
+    /// ranges of the reason's caller functions, for calls from sites not
+    /// resolved yet. Attaches the sampling program on first use, so it
+    /// costs nothing until then.
+    pub fn stacks_on(&mut self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
+        if callers.len() > MAX_STACK_RANGES {
+            return Err(Error::msg(format!(
+                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
+                callers.len()
+            )));
+        }
+        self.set_stack_reason(TD_SLOT_NONE);
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            for (dst, &(lo, hi)) in bss.stack_ranges.iter_mut().zip(callers) {
+                dst.lo = lo;
+                dst.hi = hi;
+            }
+            // SAFETY: the section is mmap'ed and shared with the BPF side;
+            // the count is published after the ranges it covers.
+            unsafe { std::ptr::write_volatile(&mut bss.nr_stack_ranges, callers.len() as u32) };
+        }
         self.set_stack_reason(slot);
         if self.stack_link.is_none() {
             let progs = &self.skel.progs;

@@ -4,6 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::kallsyms::{base_name, Kallsyms};
+use crate::probe::{DeepCaller, DeepRule};
+use crate::profile::Resolved;
 
 /// Slot layout shared with the BPF side (src/bpf/topdown.h).
 pub const NR_SLOTS: usize = 256;
@@ -119,11 +121,69 @@ impl Mapper {
         }
     }
 
+    /// The mapping a resolved profile asks for: its reasons take the first
+    /// slots, plain callers are routed, and callers with rules become the
+    /// BPF side's deep-caller and rule tables.
+    pub fn from_profile(
+        p: &Resolved,
+        max_reasons: usize,
+    ) -> (Self, Vec<DeepCaller>, Vec<DeepRule>) {
+        let mut m = Mapper::auto(max_reasons.max(p.reasons.len()));
+        for r in &p.reasons {
+            m.reasons.slot(r);
+        }
+        for (caller, reason) in &p.routes {
+            m.route(caller, reason);
+        }
+        let (mut callers, mut rules) = (Vec::new(), Vec::new());
+        for d in &p.deep {
+            let first = rules.len() as u32;
+            for r in &d.rules {
+                let reason = m.reasons.slot(&r.reason);
+                rules.extend(r.ranges.iter().map(|&(lo, hi)| DeepRule {
+                    lo,
+                    hi,
+                    reason,
+                    depth: r.depth,
+                }));
+            }
+            let count = rules.len() as u32 - first;
+            let default = m
+                .reasons
+                .slot(d.default_reason.as_deref().unwrap_or(&d.caller));
+            callers.extend(d.ranges.iter().map(|&(lo, hi)| DeepCaller {
+                lo,
+                hi,
+                rule_first: first,
+                rule_count: count,
+                reason: default,
+            }));
+        }
+        (m, callers, rules)
+    }
+
     /// Routes calls from `caller` (a function name, clones folded) to `reason`.
     pub fn route(&mut self, caller: &str, reason: &str) -> u32 {
         let slot = self.reasons.slot(reason);
         self.by_caller.insert(caller.to_string(), slot);
         slot
+    }
+
+    /// Caller functions whose calls count as `slot` (without deeper
+    /// rules): those routed to it or, for a reason of auto mode, the
+    /// function it is named after.
+    pub fn callers_of(&self, slot: u32) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .by_caller
+            .iter()
+            .filter(|(_, &s)| s == slot)
+            .map(|(c, _)| c.as_str())
+            .collect();
+        if v.is_empty() && !Reasons::is_special(slot) {
+            v.push(self.reasons.name(slot));
+        }
+        v.sort_unstable();
+        v
     }
 
     /// The slot for a caller's return address.
@@ -201,6 +261,70 @@ mod tests {
         let other = m.classify(&k, 0xffffffff81002100);
         assert_ne!(other, zap);
         assert_eq!(m.reasons.name(other), "other_caller");
+        assert_eq!(
+            m.callers_of(zap),
+            ["folio_remove_rmap_ptes", "zap_pte_range"]
+        );
+        assert_eq!(m.callers_of(other), ["other_caller"]);
+    }
+
+    #[test]
+    fn a_resolved_profile_becomes_slots_routes_and_deep_tables() {
+        use crate::profile::{DeepCallerSpec, RuleSpec};
+        let p = Resolved {
+            reasons: vec!["FAULT".into(), "KHUGEPAGED".into(), "MADV".into()],
+            routes: vec![("do_fault".into(), "FAULT".into())],
+            deep: vec![DeepCallerSpec {
+                caller: "collapse".into(),
+                ranges: vec![(0x100, 0x200), (0x900, 0x980)],
+                default_reason: None,
+                rules: vec![
+                    RuleSpec {
+                        reason: "KHUGEPAGED".into(),
+                        ranges: vec![(0x300, 0x400), (0x500, 0x600)],
+                        depth: 8,
+                    },
+                    RuleSpec {
+                        reason: "MADV".into(),
+                        ranges: vec![(0x700, 0x800)],
+                        depth: 4,
+                    },
+                ],
+            }],
+            missing: vec![],
+        };
+        let (m, callers, rules) = Mapper::from_profile(&p, 64);
+        let slot = |n| m.reasons.lookup(n).unwrap();
+        assert_eq!((slot("FAULT"), slot("KHUGEPAGED"), slot("MADV")), (2, 3, 4));
+        assert_eq!(m.by_caller["do_fault"], 2);
+        // No default reason: unmatched calls count under the caller's name.
+        let own = slot("collapse");
+        assert_eq!(
+            callers,
+            vec![
+                DeepCaller {
+                    lo: 0x100,
+                    hi: 0x200,
+                    rule_first: 0,
+                    rule_count: 3,
+                    reason: own
+                },
+                DeepCaller {
+                    lo: 0x900,
+                    hi: 0x980,
+                    rule_first: 0,
+                    rule_count: 3,
+                    reason: own
+                },
+            ]
+        );
+        assert_eq!(
+            rules
+                .iter()
+                .map(|r| (r.lo, r.reason, r.depth))
+                .collect::<Vec<_>>(),
+            [(0x300, 3, 8), (0x500, 3, 8), (0x700, 4, 4)]
+        );
     }
 
     #[test]

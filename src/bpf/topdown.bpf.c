@@ -28,13 +28,20 @@ const volatile bool user_stacks = false;
 const volatile __u32 stack_bytes = TD_MAX_FRAMES * 8;
 const volatile __u32 sample_every = 1;	/* keep 1 in N matching events */
 const volatile __u64 max_per_cpu_sec = 100; /* stack cap, per CPU and second */
+const volatile __u32 own_tgid = 0;	/* topdown itself: its calls are not counted */
 /* Callers whose reason depends on deeper frames, and the rules that decide. */
 const volatile __u32 nr_callers = 0;
 const volatile struct td_caller callers[TD_MAX_CALLERS] = {};
 const volatile struct td_rule rules[TD_MAX_RULES] = {};
 
-/* Changed by user space at run time (mmap'ed .bss). */
+/* Changed by user space at run time (mmap'ed .data and .bss). */
 __u32 stack_reason = TD_SLOT_NONE;
+/*
+ * The caller functions of stack_reason, so that calls from call sites not
+ * resolved yet (a caller's first calls) are captured too.
+ */
+__u32 nr_stack_ranges = 0;
+struct td_range stack_ranges[TD_MAX_STACK_RANGES] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -240,6 +247,14 @@ static __always_inline void count(void *ctx, __u64 ret)
 
 	if (!c)
 		return;
+	if (own_tgid && bpf_get_current_pid_tgid() >> 32 == own_tgid) {
+		/* Symbolizing reads files: don't count what we cause. */
+		struct td_stats *st = get_stats();
+
+		if (st)
+			st->own_calls++;
+		return;
+	}
 	if (verify_caller)
 		verify(ctx, ret);
 	r = site_reason(ctx, ret);
@@ -263,6 +278,21 @@ static __always_inline void count(void *ctx, __u64 ret)
 	c->n[TD_SLOT_SITES_FULL]++;
 }
 
+static __always_inline bool is_stack_reason(void *ctx, __u64 ret)
+{
+	__u32 r = site_reason(ctx, ret);
+
+	if (r != TD_SLOT_NONE)
+		return r == stack_reason;
+	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
+		if (i >= nr_stack_ranges)
+			break;
+		if (ret - 1 >= stack_ranges[i].lo && ret - 1 < stack_ranges[i].hi)
+			return true;
+	}
+	return false;
+}
+
 static __always_inline void sample(void *ctx, __u64 ret)
 {
 	__u32 zero = 0;
@@ -273,7 +303,9 @@ static __always_inline void sample(void *ctx, __u64 ret)
 
 	if (!st || !rt)
 		return;
-	if (site_reason(ctx, ret) != stack_reason)
+	if (own_tgid && bpf_get_current_pid_tgid() >> 32 == own_tgid)
+		return;
+	if (!is_stack_reason(ctx, ret))
 		return;
 	st->stack_matched++;
 	if (sample_every > 1 && rt->seen++ % sample_every) {
@@ -354,5 +386,23 @@ SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)
 {
 	count(ctx, ctx->args[0]);
+	return 0;
+}
+
+/*
+ * Empty programs attached beside the counting program by --companion: an
+ * fexit one changes the trampoline's frame (it adds a return-value slot),
+ * which the caller lookup must survive; an empty fentry one is the
+ * baseline when measuring the counting program's cost per call.
+ */
+SEC("fentry")
+int BPF_PROG(td_empty_fentry)
+{
+	return 0;
+}
+
+SEC("fexit")
+int BPF_PROG(td_empty_fexit)
+{
 	return 0;
 }

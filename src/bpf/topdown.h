@@ -16,6 +16,12 @@
 #define TD_SCAN_SLOTS 32
 #define TD_UNWIND_FRAMES 32	/* a power of two */
 #define TD_MAX_FRAMES 127
+#define TD_MAX_STACK_RANGES 32
+
+struct td_range {
+	__u64 lo;
+	__u64 hi;
+};
 
 struct td_counts {
 	__u64 n[TD_NR_SLOTS];
@@ -49,6 +55,7 @@ struct td_stats {
 	__u64 stack_rate_capped;
 	__u64 stack_ringbuf_full;
 	__u64 stack_emitted;
+	__u64 own_calls;
 };
 
 struct td_sample {

@@ -1,0 +1,73 @@
+# Reason profiles: the built-in profile of deferred_split_folio gives exact named counts
+# (FAULT_ALLOC = F+P+Q, ZAP = P+Q, MADV_COLLAPSE = C) in both modes; a user profile
+# file and inline rules (with a deeper-frame rule) give their own exact tables, with
+# unlisted callers on rows of their own; bad profiles are one-line errors.
+. "$TD_LIB"
+need_cmd topdown thp
+need_func deferred_split_folio
+
+F=3 P=2 Q=2 C=2
+run_thp() { thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"; }
+
+for mode in fentry kprobe; do
+	td_start deferred_split_folio --$mode
+	run_thp
+	td_stop INT
+	expect_eq "$mode: exit status" "$TD_RC" 0
+	expect_eq "$mode: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $((F + P + Q))
+	expect_eq "$mode: ZAP" "$(reason_count ZAP)" $((P + Q))
+	expect_eq "$mode: MADV_COLLAPSE" "$(reason_count MADV_COLLAPSE)" $C
+	expect_eq "$mode: rows" "$(reason_rows)" 3
+	expect_eq "$mode: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))
+	expect_eq "$mode: caller not found" "$(summary_num caller_not_found)" 0
+	expect_eq "$mode: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+done
+
+# A user profile file: one named reason; the other callers keep rows of their own.
+cat >"$TD_TMP/p.toml" <<'TOML'
+version = 1
+function = "deferred_split_folio"
+
+[[reason]]
+name = "HALF_UNMAP"
+description = "rmap removal of part of a THP"
+callers = ["folio_remove_rmap_ptes"]
+TOML
+td_start deferred_split_folio --reasons "$TD_TMP/p.toml"
+run_thp
+td_stop INT
+expect_eq "file: HALF_UNMAP" "$(reason_count HALF_UNMAP)" $((P + Q))
+expect_eq "file: do_huge_pmd_anonymous_page" "$(reason_count do_huge_pmd_anonymous_page)" $((F + P + Q))
+expect_eq "file: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
+expect_eq "file: rows" "$(reason_rows)" 3
+
+# Inline rules with a deeper frame: munmap goes through vms_clear_ptes, MADV_DONTNEED
+# does not, so only the munmap halves are MUNMAP; the rest of the caller's calls keep
+# the caller's own name (the rule has no default).
+td_start deferred_split_folio --rules 'MUNMAP=folio_remove_rmap_ptes@vms_clear_ptes/6;FAULT=do_huge_pmd_anonymous_page'
+run_thp
+td_stop INT
+expect_eq "inline: MUNMAP" "$(reason_count MUNMAP)" $P
+expect_eq "inline: folio_remove_rmap_ptes" "$(reason_count folio_remove_rmap_ptes)" $Q
+expect_eq "inline: FAULT" "$(reason_count FAULT)" $((F + P + Q))
+expect_eq "inline: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
+expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+
+# --list-reasons shows the profile as resolved on this kernel, and exits.
+topdown deferred_split_folio --list-reasons >"$TD_TMP/list" 2>&1
+expect_eq "--list-reasons: exit status" $? 0
+for want in FAULT_ALLOC ZAP MADV_COLLAPSE do_huge_pmd_anonymous_page folio_remove_rmap_ptes madvise_collapse missing; do
+	grep -q "$want" "$TD_TMP/list" || { cat "$TD_TMP/list"; fail "--list-reasons does not show $want"; }
+done
+expect_eq "programs left after --list-reasons" "$(td_progs)" 0
+
+# Bad profiles: one line naming the place, exit status 1.
+printf 'version = 1\n[[reason]]\nname = "A"\ncallers = ["x"]\ncolour = 1\n' >"$TD_TMP/bad.toml"
+topdown deferred_split_folio --reasons "$TD_TMP/bad.toml" >"$TD_TMP/out" 2>"$TD_TMP/err"
+expect_eq "bad file: exit status" $? 1
+expect_eq "bad file: lines" "$(wc -l <"$TD_TMP/err")" 1
+grep -q "bad.toml:5:" "$TD_TMP/err" || fail "bad file: no line number: $(cat "$TD_TMP/err")"
+topdown deferred_split_folio --rules 'ZAP=a@b/99' >"$TD_TMP/out" 2>"$TD_TMP/err"
+expect_eq "bad rules: exit status" $? 1
+grep -q "depth 99" "$TD_TMP/err" || fail "bad rules: $(cat "$TD_TMP/err")"
+exit 0

@@ -1,0 +1,47 @@
+# Tier 2 under a hot workload: the rate cap holds and what it skipped is counted, so
+# matched = sent + capped + sampled out + ring buffer full, exactly; --sample keeps
+# about 1 in N; -U adds the workload's own user frames, by name.
+. "$TD_LIB"
+need_cmd topdown readloop
+need_func vfs_read ksys_read
+
+# 1. Rate cap: at most --max-rate stacks a second (split over the CPUs).
+RATE=20
+td_start vfs_read --no-profile --stack-on ksys_read --max-rate $RATE
+t0=$(date +%s)
+readloop 20000 || fail "readloop failed"
+sleep 1
+td_stop INT
+secs=$(($(date +%s) - t0 + 2))
+matched=$(summary_num stacks_matched)
+sent=$(summary_num stacks_sent)
+capped=$(summary_num stacks_rate_capped)
+full=$(summary_num stacks_ringbuf_full)
+sampled=$(summary_num stacks_sampled_out)
+echo "matched=$matched sent=$sent capped=$capped full=$full sampled=$sampled secs<=$secs"
+[ "$(reason_count ksys_read)" -ge 20000 ] || fail "fewer than 20000 reads counted"
+[ "$matched" -ge 20000 ] || fail "stack program saw $matched calls"
+expect_eq "matched = sent + capped + full + sampled" "$matched" $((sent + capped + full + sampled))
+[ "$capped" -gt 0 ] || fail "nothing was rate capped"
+[ "$sent" -le $((RATE * secs)) ] || fail "sent $sent stacks in at most $secs s, cap $RATE/s"
+expect_eq "captured = sent" "$(summary_num stacks_captured)" "$sent"
+
+# 2. --sample 10: 1 in 10 per CPU.
+td_start vfs_read --no-profile --stack-on ksys_read --sample 10 --max-rate 1000000
+readloop 3000 || fail "readloop failed"
+td_stop INT
+matched=$(summary_num stacks_matched)
+sent=$(summary_num stacks_sent)
+sampled=$(summary_num stacks_sampled_out)
+echo "matched=$matched sent=$sent sampled=$sampled"
+expect_eq "sample: matched = sent + sampled" "$matched" $((sent + sampled))
+lo=$((matched / 10)) hi=$((matched / 10 + $(nproc)))
+[ "$sent" -ge $lo ] && [ "$sent" -le $hi ] || fail "sample: sent $sent, want $lo..$hi"
+
+# 3. -U: user frames of the workload, by name (its libc read(), then main()).
+td_start vfs_read --no-profile --stack-on ksys_read -U --max-rate 1000
+readloop 200000 || fail "readloop failed"
+td_stop INT
+echo "$TD_SUMMARY" | grep -q '"--","__read+0x[0-9a-f]*","main+0x[0-9a-f]*"' ||
+	fail "-U: no __read <- main user frames"
+exit 0

@@ -1,0 +1,56 @@
+# Tier 2: stack capture switches on by itself when ZAP dominates, and its stacks show
+# the zap path; --stack-on FAULT_ALLOC captures every fault's stack; the frame after
+# the traced function's entry is the counted reason's caller; --folded writes
+# flame-graph input.
+. "$TD_LIB"
+need_cmd topdown thp
+need_func deferred_split_folio
+
+# first_frames: the first frame of every stack in the summary, function names only.
+first_frames() {
+	echo "$TD_SUMMARY" | grep -o '"frames":\["[A-Za-z0-9_.]*' | sed 's/.*\["//' | sort -u
+}
+
+# 1. Automatic: the faults happen before topdown starts; then 40 half-unmaps, 50 ms apart.
+N=40
+thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
+thp_pid=$!
+i=0
+until grep -q "thp: ready" "$TD_TMP/thp.out"; do
+	i=$((i + 1))
+	[ $i -lt 300 ] || fail "thp did not get ready: $(cat "$TD_TMP/thp.out")"
+	sleep 0.1
+done
+td_start deferred_split_folio -i 0.5 --min-events 3 --folded "$TD_TMP/folded"
+kill -USR1 $thp_pid
+wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+td_stop INT
+cat "$TD_ERR"
+expect_eq "auto: ZAP" "$(reason_count ZAP)" $N
+expect_eq "auto: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" 0
+expect_eq "auto: phase" "$(summary_str phase)" "stack capture"
+expect_eq "auto: stack reason" "$(summary_str stack_reason)" ZAP
+grep -q "ZAP has 100.0% of calls (threshold 80%): capturing its stacks" "$TD_ERR" || fail "no switch notice"
+captured=$(summary_num stacks_captured)
+[ "$captured" -gt 0 ] && [ "$captured" -lt $N ] || fail "auto: captured $captured stacks, want 1..$((N - 1))"
+expect_eq "auto: captured = sent" "$captured" "$(summary_num stacks_sent)"
+expect_eq "auto: captured = matched" "$captured" "$(summary_num stacks_matched)"
+echo "$TD_SUMMARY" | grep -q '"unmap_page_range+0x' || fail "auto: no unmap_page_range frame"
+expect_eq "auto: first frames" "$(first_frames)" folio_remove_rmap_ptes
+# Folded: root first, the traced function as the leaf, counts adding up.
+grep -q ';unmap_page_range+0x[0-9a-f]*;folio_remove_rmap_ptes+0x[0-9a-f]*;deferred_split_folio [0-9]*$' "$TD_TMP/folded" ||
+	{ cat "$TD_TMP/folded"; fail "folded output lacks the zap path"; }
+expect_eq "folded total" "$(awk '{ s += $NF } END { print s }' "$TD_TMP/folded")" "$captured"
+
+# 2. --stack-on from the start: every THP fault's stack.
+F=10
+td_start deferred_split_folio --stack-on FAULT_ALLOC
+thp --faults $F || fail "thp failed"
+td_stop INT
+expect_eq "stack-on: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $F
+expect_eq "stack-on: captured" "$(summary_num stacks_captured)" $F
+expect_eq "stack-on: matched" "$(summary_num stacks_matched)" $F
+echo "$TD_SUMMARY" | grep -q '"handle_mm_fault+0x' || fail "stack-on: no handle_mm_fault frame"
+expect_eq "stack-on: first frames" "$(first_frames)" do_huge_pmd_anonymous_page
+expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stacks_ringbuf_full)" 00
+exit 0

@@ -1,0 +1,25 @@
+# Tier 1, auto reasons: exact per-caller counts of deferred_split_folio for the THP
+# workload, in fentry and in kprobe mode, ended by SIGINT with exit status 0.
+. "$TD_LIB"
+need_cmd topdown thp
+need_func deferred_split_folio
+
+F=3 P=2 Q=2 C=2
+for mode in fentry kprobe; do
+	td_start deferred_split_folio --$mode --no-profile
+	grep -q "deferred_split_folio with $mode" "$TD_ERR" || fail "header does not name $mode: $(cat "$TD_ERR")"
+	thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
+	td_stop INT
+	expect_eq "$mode: exit status" "$TD_RC" 0
+	expect_eq "$mode: do_huge_pmd_anonymous_page" "$(reason_count do_huge_pmd_anonymous_page)" $((F + P + Q))
+	expect_eq "$mode: folio_remove_rmap_ptes" "$(reason_count folio_remove_rmap_ptes)" $((P + Q))
+	expect_eq "$mode: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
+	expect_eq "$mode: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))
+	expect_eq "$mode: reasons" "$(reason_rows)" 3
+	expect_eq "$mode: caller not found" "$(summary_num caller_not_found)" 0
+	expect_eq "$mode: sites full" "$(summary_num sites_full)" 0
+	expect_eq "$mode: recursion misses" "$(summary_num recursion_misses)" 0
+	expect_eq "$mode: mode in summary" "$(summary_str mode)" $mode
+	expect_eq "$mode: phase" "$(summary_str phase)" counting
+done
+exit 0
