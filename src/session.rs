@@ -263,7 +263,7 @@ fn interval_text(
         return output::interval_json(unix_now(), iv, &mapper.reasons, reason, rows) + "\n";
     }
     let mut s = output::interval_table(&output::clock(), iv, &mapper.reasons);
-    if let Some(r) = reason {
+    if let Some(r) = reason.filter(|_| captured > 0) {
         s.push_str(&output::stacks_text(
             &format!("top stacks of {r} ({captured} captured):"),
             captured,

@@ -13,7 +13,8 @@
 #define TD_MAX_CALLERS 16
 #define TD_MAX_RULES 32
 #define TD_MAX_RULE_DEPTH 16
-#define TD_SCAN_SLOTS 32
+/* fentry takes at most 12 arguments; FUNC+5 lies a few slots above them. */
+#define TD_SCAN_SLOTS 16
 #define TD_UNWIND_FRAMES 32	/* a power of two */
 #define TD_MAX_FRAMES 127
 #define TD_MAX_STACK_RANGES 32
