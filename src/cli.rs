@@ -64,7 +64,7 @@ pub struct Cli {
     #[arg(long)]
     pub list_profiles: bool,
 
-    /// Debug vmlinux (for inlined callers and source files).
+    /// Debug vmlinux for symbolizing stacks (inlined frames, file:line).
     #[arg(long, value_name = "PATH")]
     pub vmlinux: Option<PathBuf>,
 
@@ -81,7 +81,7 @@ pub struct Cli {
     #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
     pub threshold: f64,
 
-    /// Calls an interval needs before --threshold applies.
+    /// Calls a reason needs in an interval before --threshold applies.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub min_events: u64,
 
