@@ -61,9 +61,13 @@ pub fn load_kallsyms() -> Result<Kallsyms> {
         let restrict = fs::read_to_string("/proc/sys/kernel/kptr_restrict")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "?".into());
+        let fix = if restrict.parse::<u32>().is_ok_and(|r| r >= 2) {
+            "set kernel.kptr_restrict to 0 or 1"
+        } else {
+            "run as root, or grant CAP_SYSLOG"
+        };
         return Err(Error::msg(format!(
-            "kernel symbol addresses are hidden (kernel.kptr_restrict={restrict}): \
-             run as root with CAP_SYSLOG, or set kernel.kptr_restrict to 0 or 1"
+            "kernel symbol addresses are hidden (kernel.kptr_restrict={restrict}): {fix}"
         )));
     }
     Ok(k)

@@ -25,11 +25,11 @@ pub struct Cli {
     pub func: Option<String>,
 
     /// Seconds between reports.
-    #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = positive_secs)]
+    #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
     pub interval: f64,
 
     /// Stop after SECS seconds and print the summary.
-    #[arg(short, long, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(short, long, value_name = "SECS", value_parser = duration_secs)]
     pub duration: Option<f64>,
 
     /// Use fentry only (no kprobe fallback).
@@ -53,7 +53,7 @@ pub struct Cli {
     pub no_profile: bool,
 
     /// Inline reason rules, e.g. 'ZAP=folio_remove_rmap_ptes;FAULT=do_huge_pmd_anonymous_page'.
-    #[arg(long, value_name = "RULES", conflicts_with_all = ["reasons", "profile"])]
+    #[arg(long, value_name = "RULES", conflicts_with_all = ["reasons", "profile", "no_profile"])]
     pub rules: Option<String>,
 
     /// Print the reason profile as resolved on this kernel, and exit.
@@ -103,7 +103,7 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub top: usize,
 
-    /// Kernel frames captured per stack (at most 127).
+    /// Frames captured per stack, kernel and (with -U) user (at most 127).
     #[arg(long, value_name = "N", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=127))]
     pub depth: u32,
@@ -137,11 +137,24 @@ pub struct Cli {
     pub quiet: bool,
 }
 
-fn positive_secs(s: &str) -> Result<f64, String> {
+/// Seconds within [lo, hi]: bounded so that a typo neither spins the
+/// interval loop nor overflows a Duration.
+fn secs_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 && (lo..=hi).contains(&v) => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 => {
+            Err(format!("{s} seconds is out of range (from {lo} to {hi})"))
+        }
         _ => Err(format!("'{s}' is not a positive number of seconds")),
     }
+}
+
+fn interval_secs(s: &str) -> Result<f64, String> {
+    secs_in(s, 0.01, 86_400.0)
+}
+
+fn duration_secs(s: &str) -> Result<f64, String> {
+    secs_in(s, 0.001, 1e9)
 }
 
 fn percent(s: &str) -> Result<f64, String> {
@@ -178,6 +191,10 @@ mod tests {
             &["topdown", "f", "--fentry", "--kprobe"],
             &["topdown", "f", "--threshold", "101"],
             &["topdown", "f", "--depth", "200"],
+            &["topdown", "f", "-i", "1e30"],
+            &["topdown", "f", "-i", "0.001"],
+            &["topdown", "f", "-d", "1e300"],
+            &["topdown", "f", "--rules", "A=b", "--no-profile"],
             &["topdown"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");

@@ -26,6 +26,8 @@ fn main() -> ExitCode {
     };
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`topdown ... | head`): a normal end.
+        Err(e) if e.errno() == Some(libc::EPIPE) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("topdown: {e}");
             ExitCode::FAILURE
@@ -73,6 +75,9 @@ fn run(cli: &Cli) -> Result<()> {
         // would only repeat them.
         libbpf_rs::set_print(None);
     }
+    if !cli.list_reasons {
+        attach::check_privileges()?;
+    }
     let chosen = choose_profile(cli, func)?;
     let ksyms = attach::load_kallsyms()?;
     let resolved = chosen
@@ -88,10 +93,10 @@ fn run(cli: &Cli) -> Result<()> {
             eprintln!("topdown: warning: profile {}: {warning}", p.origin);
         }
     } else if cli.list_reasons {
+        attach::resolve_function(&ksyms, func)?;
         println!("no reason profile: one reason per caller function of {func}");
         return Ok(());
     }
-    attach::check_privileges()?;
     let func_addr = attach::resolve_function(&ksyms, func)?;
     let (mut mapper, callers, rules) = match &resolved {
         Some(r) => Mapper::from_profile(r, cli.max_reasons as usize),

@@ -7,7 +7,7 @@ use crate::rates::Interval;
 use crate::reasons::Reasons;
 
 /// Drops and misses: events not counted under their true reason, or stacks
-/// not captured. Shown whenever non-zero, always in JSON.
+/// not captured. Always reported, zeros included, so "none" is visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Drops {
     /// Calls whose caller's return address was not found.
@@ -280,16 +280,18 @@ pub fn interval_json(
     iv: &Interval,
     reasons: &Reasons,
     stack_reason: Option<&str>,
+    stacks_captured: u64,
     stacks: &[StackRow],
 ) -> String {
     format!(
-        "{{\"type\":\"interval\",\"time\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"stack_reason\":{},\"stacks\":{}}}",
+        "{{\"type\":\"interval\",\"time\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"stack_reason\":{},\"stacks_captured\":{},\"stacks\":{}}}",
         json_num(unix_secs),
         json_num(iv.secs),
         iv.total,
         json_num(iv.rate()),
         json_rows(iv, reasons),
         stack_reason.map_or("null".into(), json_str),
+        stacks_captured,
         json_stacks(stacks)
     )
 }
@@ -374,10 +376,10 @@ mod tests {
     #[test]
     fn interval_json_shape() {
         let (r, iv) = sample();
-        let j = interval_json(1.5, &iv, &r, None, &[]);
+        let j = interval_json(1.5, &iv, &r, None, 0, &[]);
         assert_eq!(
             j,
-            "{\"type\":\"interval\",\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks\":[]}"
+            "{\"type\":\"interval\",\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[]}"
         );
     }
 

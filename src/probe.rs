@@ -167,6 +167,10 @@ pub fn open<'obj>(
     Ok(open)
 }
 
+/// Arguments of one self-test run: the caller's return address, then up to
+/// 11 frames above it (used by deeper-frame rules).
+pub const SELFTEST_ARGS: usize = 12;
+
 /// Opens the object with only the self-test program, for BPF_PROG_TEST_RUN.
 pub fn open_selftest<'obj>(
     storage: &'obj mut std::mem::MaybeUninit<OpenObject>,
@@ -182,6 +186,9 @@ pub fn open_selftest<'obj>(
     open.progs.td_empty_fentry.set_autoload(false);
     open.progs.td_empty_fexit.set_autoload(false);
     configure(&mut open, settings);
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.synthetic_stack = true;
+    }
     Ok(open)
 }
 
@@ -414,9 +421,19 @@ impl<'obj> Probe<'obj> {
     /// through BPF_PROG_TEST_RUN (object opened with `open_selftest`), so
     /// the kernel side can be checked on kernels that refuse fentry.
     pub fn test_count(&self, ret: u64, repeat: u32) -> Result<()> {
+        self.test_count_stack(&[ret], repeat)
+    }
+
+    /// Like `test_count`, with `frames[0]` the caller's return address and
+    /// the rest the frames above it, for deeper-frame rules.
+    pub fn test_count_stack(&self, frames: &[u64], repeat: u32) -> Result<()> {
+        let mut args = [0u64; SELFTEST_ARGS];
+        for (a, f) in args.iter_mut().zip(frames) {
+            *a = *f;
+        }
         // raw_tp test runs take no repeat count: run it that many times.
         for _ in 0..repeat {
-            let mut ctx = ret.to_ne_bytes().to_vec();
+            let mut ctx: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
             let input = libbpf_rs::ProgramInput {
                 context_in: Some(&mut ctx),
                 ..Default::default()

@@ -260,7 +260,8 @@ fn interval_text(
 ) -> String {
     let reason = target.map(|t| mapper.reasons.name(t));
     if opts.json {
-        return output::interval_json(unix_now(), iv, &mapper.reasons, reason, rows) + "\n";
+        return output::interval_json(unix_now(), iv, &mapper.reasons, reason, captured, rows)
+            + "\n";
     }
     let mut s = output::interval_table(&output::clock(), iv, &mapper.reasons);
     if let Some(r) = reason.filter(|_| captured > 0) {

@@ -89,7 +89,7 @@ fn poller_totals_are_exact_across_resolution() {
 
 #[test]
 fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
-    // A raw_tp test run has no frame in the rule's range, so the caller's
+    // No frame above the caller lies in the rule's range, so the caller's
     // default reason must be used, never a pending or lost count.
     let mut storage = MaybeUninit::uninit();
     let settings = Settings {
@@ -117,8 +117,68 @@ fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
     assert_eq!(c[9], 6);
     assert_eq!(c[10], 0);
     assert!(p.pending().unwrap().is_empty());
-    // Whether the unwind found the entry frame or not, the count is exact;
-    // a failed unwind is counted.
-    let st = p.stats().unwrap();
-    assert!(st.deep_unwind_failed <= 6);
+    assert_eq!(p.stats().unwrap().deep_unwind_failed, 0);
+}
+
+/// Deeper-frame rules on made-up stacks: caller range [0x1000, 0x2000),
+/// rule 1: a frame in [0x5000, 0x6000) within 2 frames means slot 10;
+/// rule 2: a frame in [0x7000, 0x8000) within 4 frames means slot 11;
+/// otherwise slot 9.
+#[test]
+fn deep_rules_match_frames_within_their_depth_first_rule_first() {
+    const B: u64 = 0xffffffff80000000;
+    let mut storage = MaybeUninit::uninit();
+    let settings = Settings {
+        func: "selftest".into(),
+        func_addr: 0xffffffff82000000,
+        callers: vec![probe::DeepCaller {
+            lo: B + 0x1000,
+            hi: B + 0x2000,
+            rule_first: 0,
+            rule_count: 2,
+            reason: 9,
+        }],
+        rules: vec![
+            probe::DeepRule {
+                lo: B + 0x5000,
+                hi: B + 0x6000,
+                reason: 10,
+                depth: 2,
+            },
+            probe::DeepRule {
+                lo: B + 0x7000,
+                hi: B + 0x8000,
+                reason: 11,
+                depth: 4,
+            },
+        ],
+        ..Settings::default()
+    };
+    let open = probe::open_selftest(&mut storage, &settings).expect("open");
+    let p = Probe::new(open.load().expect("load"), Mode::Kprobe, "selftest", None);
+    let caller = B + 0x1010;
+    let other = B + 0x3000;
+    // (frames above the caller, expected slot)
+    let cases: [(&[u64], usize); 8] = [
+        (&[B + 0x5010], 10),                      // rule 1 at depth 1
+        (&[other, B + 0x5010], 10),               // rule 1 at depth 2
+        (&[other, other, B + 0x5010], 9),         // rule 1 too deep
+        (&[other, other, other, B + 0x7010], 11), // rule 2 at depth 4
+        (&[B + 0x7010, B + 0x5010], 10),          // both: the first rule wins
+        (&[B + 0x6000], 10),                      // return address at hi: inside (-1)
+        (&[B + 0x5000], 9),                       // return address at lo: outside
+        (&[0, B + 0x5010], 9),                    // the stack ends at a zero frame
+    ];
+    let mut want = [0u64; 12];
+    for (i, (above, slot)) in cases.iter().enumerate() {
+        let mut frames = vec![caller];
+        frames.extend_from_slice(above);
+        p.test_count_stack(&frames, (i + 1) as u32).unwrap();
+        want[*slot] += (i + 1) as u64;
+    }
+    let c = p.counts().unwrap();
+    assert_eq!(&c[9..12], &want[9..12], "slots 9, 10, 11");
+    assert_eq!(c.iter().sum::<u64>(), (1..=8).sum::<u64>());
+    assert!(p.pending().unwrap().is_empty());
+    assert_eq!(p.stats().unwrap().deep_unwind_failed, 0);
 }

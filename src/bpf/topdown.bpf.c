@@ -29,6 +29,8 @@ const volatile __u32 stack_bytes = TD_MAX_FRAMES * 8;
 const volatile __u32 sample_every = 1;	/* keep 1 in N matching events */
 const volatile __u64 max_per_cpu_sec = 100; /* stack cap, per CPU and second */
 const volatile __u32 own_tgid = 0;	/* topdown itself: its calls are not counted */
+/* Self-test only: frames above the caller come from the test's context. */
+const volatile bool synthetic_stack = false;
 /* Callers whose reason depends on deeper frames, and the rules that decide. */
 const volatile __u32 nr_callers = 0;
 const volatile struct td_caller callers[TD_MAX_CALLERS] = {};
@@ -158,6 +160,21 @@ static __always_inline struct td_stats *get_stats(void)
 	return bpf_map_lookup_elem(&stats, &zero);
 }
 
+/*
+ * For td_selftest: the caller's return address and the frames above it are
+ * the raw tracepoint arguments, so rule matching can be tested on stacks
+ * made up by the test.  Production programs never take this path (the
+ * verifier drops it: synthetic_stack is a constant false there).
+ */
+static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
+{
+	struct bpf_raw_tracepoint_args *a = ctx;
+
+	for (int i = 0; i < TD_SELFTEST_ARGS; i++)
+		s->ips[i] = a->args[i];
+	return 0;
+}
+
 /* Reason of an event from a caller that needs a look at deeper frames. */
 static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 {
@@ -167,7 +184,7 @@ static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 
 	if (!s)
 		return callers[c].reason;
-	ci = unwind_caller(ctx, s);
+	ci = synthetic_stack ? synthetic_unwind(ctx, s) : unwind_caller(ctx, s);
 	if (ci < 0) {
 		struct td_stats *st = get_stats();
 
@@ -379,8 +396,9 @@ int BPF_KPROBE(td_kprobe_stack)
 
 /*
  * Runs the counting path on a return address given as the first raw
- * tracepoint argument, so BPF_PROG_TEST_RUN can exercise the site table,
- * pending counts and slots on kernels that refuse fentry.
+ * tracepoint argument (the other arguments: frames above the caller, with
+ * synthetic_stack), so BPF_PROG_TEST_RUN can exercise the site table,
+ * pending counts, slots and deeper-frame rules on kernels that refuse fentry.
  */
 SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)

@@ -18,6 +18,7 @@
 #define TD_UNWIND_FRAMES 32	/* a power of two */
 #define TD_MAX_FRAMES 127
 #define TD_MAX_STACK_RANGES 32
+#define TD_SELFTEST_ARGS 12	/* raw_tp test runs take at most 12 arguments */
 
 struct td_range {
 	__u64 lo;
