@@ -93,6 +93,8 @@ need_func() {
 td_start() {
 	TD_OUT=$TD_TMP/td.out
 	TD_ERR=$TD_TMP/td.err
+	# The previous run's "Ctrl-C to end" must not be taken for this one's.
+	rm -f "$TD_OUT" "$TD_ERR"
 	topdown "$@" --json >"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	_i=0

@@ -2,12 +2,12 @@
 # -d, SIGKILL, or an error while attaching; in fentry and kprobe mode.
 . "$TD_LIB"
 need_cmd topdown bpftool
-need_func deferred_split_folio
+need_func vfs_read
 
 expect_eq "programs before" "$(td_progs)" 0
 for mode in fentry kprobe; do
 	for sig in INT TERM HUP KILL; do
-		td_start deferred_split_folio --$mode --stack-on do_huge_pmd_anonymous_page
+		td_start vfs_read --$mode --stack-on ksys_read
 		[ "$(td_progs)" -ge 1 ] || fail "$mode: no td_ program loaded while running"
 		td_stop $sig
 		case $sig in
@@ -16,7 +16,7 @@ for mode in fentry kprobe; do
 		esac
 		expect_eq "$mode $sig: programs left" "$(td_progs)" 0
 	done
-	topdown deferred_split_folio --$mode -d 1 --json >"$TD_TMP/d.out" 2>&1
+	topdown vfs_read --$mode -d 1 --json >"$TD_TMP/d.out" 2>&1
 	expect_eq "$mode -d: exit status" $? 0
 	grep -q '"type":"summary"' "$TD_TMP/d.out" || fail "$mode -d: no summary"
 	expect_eq "$mode -d: programs left" "$(td_progs)" 0

@@ -1,7 +1,7 @@
 # Bad input: one clear line on stderr, a non-zero exit status, nothing attached.
 . "$TD_LIB"
 need_cmd topdown
-need_func deferred_split_folio
+need_func vfs_read
 
 # expect_error RC PATTERN ARGS...: topdown ARGS exits RC, prints one line matching PATTERN.
 expect_error() {
@@ -18,10 +18,26 @@ expect_error() {
 }
 
 expect_error 1 "no kernel function named 'no_such_function_xyz'" no_such_function_xyz
-expect_error 1 "did you mean: deferred_split_folio" deferred_split_foli
+expect_error 1 "did you mean: vfs_read" vfs_rea
 expect_error 1 "fentry: entry_SYSCALL_64 is not in the kernel's BTF.*; kprobe: .*entry_SYSCALL_64" entry_SYSCALL_64
 expect_error 1 "cannot trace entry_SYSCALL_64 with fentry: .*not in the kernel's BTF" entry_SYSCALL_64 --fentry
-expect_error 1 "unknown reason 'NOPE' for --stack-on" deferred_split_folio --stack-on NOPE
-expect_error 2 "not a positive number of seconds" deferred_split_folio -i 0
+expect_error 1 "unknown reason 'NOPE' for --stack-on" vfs_read --stack-on NOPE
+expect_error 2 "not a positive number of seconds" vfs_read -i 0
+expect_error 2 "unexpected argument '--bogus'" vfs_read --bogus
+expect_error 1 "no built-in profile named 'nope'" vfs_read --profile nope
+# kptr_restrict=2 hides kernel addresses even from root.
+old=$(cat /proc/sys/kernel/kptr_restrict)
+echo 2 >/proc/sys/kernel/kptr_restrict
+expect_error 1 "kernel symbol addresses are hidden (kernel.kptr_restrict=2)" vfs_read
+echo "$old" >/proc/sys/kernel/kptr_restrict
+# Without privileges (nobody, no capabilities).
+if command -v chpst >/dev/null 2>&1; then
+	chpst -u 65534:65534 topdown vfs_read >"$TD_TMP/out" 2>"$TD_TMP/err"
+	expect_eq "unprivileged: exit status" $? 1
+	grep -q "not enough privileges: run as root, or grant CAP_BPF and CAP_PERFMON" "$TD_TMP/err" ||
+		fail "unprivileged: $(cat "$TD_TMP/err")"
+else
+	echo "note: no chpst applet, unprivileged run not checked"
+fi
 expect_eq "programs left" "$(td_progs)" 0
 exit 0
