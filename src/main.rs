@@ -156,11 +156,6 @@ fn run(cli: &Cli) -> Result<()> {
         Some(why) => eprintln!("topdown: tracing {func} with a kprobe: fentry unavailable: {why}"),
         None => eprintln!("topdown: tracing {func} with {mode}"),
     }
-    eprintln!(
-        "topdown: Ctrl-C to end{}",
-        cli.duration
-            .map_or(String::new(), |d| format!(", or after {d}s"))
-    );
 
     let opts = session::Options {
         interval: Duration::from_secs_f64(cli.interval),
@@ -177,6 +172,7 @@ fn run(cli: &Cli) -> Result<()> {
         top: cli.top,
         folded: cli.folded.clone(),
         vmlinux: cli.vmlinux.clone(),
+        verbose: cli.verbose,
     };
     session::run(
         probe,

@@ -38,6 +38,7 @@ pub struct Options {
     pub top: usize,
     pub folded: Option<PathBuf>,
     pub vmlinux: Option<PathBuf>,
+    pub verbose: bool,
 }
 
 /// Longest sleep between checks of the stop flag.
@@ -68,6 +69,8 @@ impl StackMode {
         probe.stacks_on(slot, &ranges)?;
         if self.capture.is_none() {
             self.capture = Some(Capture::new(probe.samples_map()?)?);
+            // Parse kallsyms now rather than when the first samples wait.
+            self.symbols.kernel(&[self.func_addr + 1]);
         }
         Ok(())
     }
@@ -84,10 +87,13 @@ impl StackMode {
     /// Symbolizes and counts what the ring buffer delivered.
     fn absorb(&mut self) {
         let Some(c) = &self.capture else { return };
-        for s in c.take() {
-            if !s.ustack.is_empty() {
-                self.symbols.remember_process(s.pid);
-            }
+        let samples = c.take();
+        // Keep the mappings of new processes first: a short-lived one may
+        // exit while the kernel frames are being symbolized.
+        for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
+            self.symbols.remember_process(s.pid);
+        }
+        for s in samples {
             let kernel =
                 self.symbols
                     .kernel(stacks::above_entry(&s.kstack, self.func_addr, self.window));
@@ -126,7 +132,7 @@ pub fn run(
     let mut trigger = Trigger::new(opts.threshold, opts.min_events, opts.auto, opts.stack_on);
     let mut stacks = StackMode {
         capture: None,
-        symbols: Symbols::new(opts.vmlinux.clone()),
+        symbols: Symbols::new(opts.vmlinux.clone(), opts.verbose),
         tallies: HashMap::new(),
         func_addr: opts.func_addr,
         window: opts.entry_window,
@@ -135,6 +141,14 @@ pub fn run(
         stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
         eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
     }
+    // Everything is attached: from here on every call is seen.
+    eprintln!(
+        "topdown: Ctrl-C to end{}",
+        opts.duration.map_or(String::new(), |d| format!(
+            ", or after {}s",
+            d.as_secs_f64()
+        ))
+    );
     let start = Instant::now();
     let end = opts.duration.map(|d| start + d);
     let mut prev = vec![0u64; NR_SLOTS];

@@ -14,6 +14,8 @@ pub struct Symbols {
     kcache: HashMap<u64, Vec<String>>,
     ucache: HashMap<(u32, u64), Vec<String>>,
     cached_pids: HashSet<u32>,
+    /// Say why symbolization failed (--verbose).
+    verbose: bool,
 }
 
 /// Frames for one symbolized address, innermost first: inlined callees
@@ -47,7 +49,7 @@ fn location(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
 impl Symbols {
     /// `vmlinux`: a debug kernel image for inlined frames and source lines;
     /// without one blazesym looks in the usual places, then uses kallsyms.
-    pub fn new(vmlinux: Option<PathBuf>) -> Self {
+    pub fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
         let kernel = Kernel {
             vmlinux: vmlinux.map_or(MaybeDefault::Default, MaybeDefault::Some),
             ..Kernel::default()
@@ -58,6 +60,7 @@ impl Symbols {
             kcache: HashMap::new(),
             ucache: HashMap::new(),
             cached_pids: HashSet::new(),
+            verbose,
         }
     }
 
@@ -93,9 +96,12 @@ impl Symbols {
     pub fn remember_process(&mut self, pid: u32) {
         if self.cached_pids.insert(pid) {
             // A process that is already gone has nothing left to cache.
-            let _ = self
+            let r = self
                 .sym
                 .cache(&cache::Cache::Process(cache::Process::new(Pid::from(pid))));
+            if let (Err(e), true) = (r, self.verbose) {
+                eprintln!("topdown: cannot keep the mappings of pid {pid}: {e}");
+            }
         }
     }
 
@@ -120,8 +126,23 @@ impl Symbols {
             let res = self
                 .sym
                 .symbolize(&live, Input::AbsAddr(&missing))
-                .or_else(|_| self.sym.symbolize(&exited, Input::AbsAddr(&missing)))
-                .unwrap_or_default();
+                .or_else(|_| self.sym.symbolize(&exited, Input::AbsAddr(&missing)));
+            let res = match res {
+                Ok(r) => r,
+                Err(e) => {
+                    if self.verbose {
+                        eprintln!("topdown: cannot symbolize user addresses of pid {pid}: {e}");
+                    }
+                    Vec::new()
+                }
+            };
+            if self.verbose {
+                for (a, r) in missing.iter().zip(&res) {
+                    if let Symbolized::Unknown(why) = r {
+                        eprintln!("topdown: pid {pid} address {a:#x}: not symbolized ({why:?})");
+                    }
+                }
+            }
             for (i, a) in missing.iter().enumerate() {
                 let f = match res.get(i) {
                     Some(Symbolized::Sym(s)) => frames(s, 0),
