@@ -9,6 +9,7 @@ pub mod cli;
 pub mod error;
 pub mod kallsyms;
 pub mod output;
+pub mod plan;
 pub mod poll;
 pub mod probe;
 pub mod profile;
