@@ -118,11 +118,15 @@ fn table(out: &mut String, iv: &Interval, reasons: &Reasons, count_title: &str) 
     }
 }
 
+fn calls(n: u64) -> String {
+    format!("{n} call{}", if n == 1 { "" } else { "s" })
+}
+
 /// The per-interval table.
 pub fn interval_table(clock: &str, iv: &Interval, reasons: &Reasons) -> String {
     let mut s = format!(
-        "{clock}  {} calls in {:.2}s, {:.1}/s\n",
-        iv.total,
+        "{clock}  {} in {:.2}s, {:.1}/s\n",
+        calls(iv.total),
         iv.secs,
         iv.rate()
     );
@@ -148,8 +152,8 @@ pub fn stacks_text(title: &str, total: u64, stacks: &[StackRow]) -> String {
 /// The final report as text.
 pub fn summary_table(sum: &Summary<'_>) -> String {
     let mut s = format!(
-        "Summary: {} calls of {} in {:.1}s ({:.1}/s), mode {}, phase reached: {}\n",
-        sum.run.total,
+        "Summary: {} of {} in {:.1}s ({:.1}/s), mode {}, phase reached: {}\n",
+        calls(sum.run.total),
         sum.func,
         sum.run.secs,
         sum.run.rate(),
@@ -366,6 +370,8 @@ mod tests {
         let r = Reasons::new(8);
         let iv = Interval::from_deltas(&[0, 0], 1.0);
         assert_eq!(interval_table("t", &iv, &r), "t  0 calls in 1.00s, 0.0/s\n");
+        let iv = Interval::from_deltas(&[1], 1.0);
+        assert!(interval_table("t", &iv, &r).starts_with("t  1 call in 1.00s"));
     }
 
     #[test]

@@ -22,4 +22,15 @@ for mode in fentry kprobe; do
 	expect_eq "$mode: mode in summary" "$(summary_str mode)" $mode
 	expect_eq "$mode: phase" "$(summary_str phase)" counting
 done
+
+# Past --max-reasons, callers share an OTHER row that names them; nothing is lost.
+td_start deferred_split_folio --no-profile --max-reasons 1
+thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
+td_stop INT
+expect_eq "max-reasons 1: rows" "$(reason_rows)" 2
+expect_eq "max-reasons 1: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))
+merged=$(echo "$TD_SUMMARY" | grep -o '"other_merges":\[[^]]*\]' | sed 's/.*\[//; s/\]//' | tr ',' '\n' | grep -c .)
+expect_eq "max-reasons 1: callers merged into OTHER" "$merged" 2
+named=$(echo "$TD_SUMMARY" | grep -o '{"reason":"[a-z_]*","count":[0-9]*' | sed 's/.*://')
+expect_eq "max-reasons 1: named + OTHER" $((named + $(reason_count OTHER))) $((F + 2 * P + 2 * Q + C))
 exit 0
