@@ -85,7 +85,7 @@ pub fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
         format!("did you mean: {}?", close.join(", "))
     };
     Err(Error::msg(format!(
-        "no kernel function named '{func}' (not in /proc/kallsyms); {hint}"
+        "no kernel function named '{func}' (not in /proc/kallsyms: misspelled, inlined everywhere, or not built); {hint}"
     )))
 }
 
