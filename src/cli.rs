@@ -64,7 +64,7 @@ pub struct Cli {
     #[arg(long)]
     pub list_profiles: bool,
 
-    /// Debug vmlinux for symbolizing stacks (inlined frames, file:line).
+    /// Debug vmlinux: inlined frames and file:line in stacks, inlined and file: callers in profiles.
     #[arg(long, value_name = "PATH")]
     pub vmlinux: Option<PathBuf>,
 

@@ -89,6 +89,10 @@ fn run(cli: &Cli) -> Result<()> {
         if let Some(warning) = plan::missing_warning(users_own, r) {
             eprintln!("topdown: warning: profile {}: {warning}", p.origin);
         }
+        let vmlinux = plan::debug_vmlinux(cli.vmlinux.as_deref());
+        if let Some(warning) = plan::source_warning(users_own, r, vmlinux.as_deref()) {
+            eprintln!("topdown: warning: profile {}: {warning}", p.origin);
+        }
     } else if cli.list_reasons {
         attach::resolve_function(&ksyms, func)?;
         println!("no reason profile: one reason per caller function of {func}");

@@ -2,6 +2,7 @@
 //! reason mapping, the BPF settings and the loop's options.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::Cli;
@@ -82,6 +83,39 @@ pub fn missing_warning(users_own: bool, r: &Resolved) -> Option<String> {
     })
 }
 
+/// The debug vmlinux stacks and source patterns are resolved with: the
+/// one given, or one where distributions install it for this kernel.
+pub fn debug_vmlinux(given: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = given {
+        return Some(p.to_path_buf());
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim();
+    [
+        format!("/usr/lib/debug/boot/vmlinux-{release}"),
+        format!("/boot/vmlinux-{release}"),
+        format!("/usr/lib/debug/lib/modules/{release}/vmlinux"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// What to say when a user's profile has callers that only debug info can
+/// place and there is no debug vmlinux. (A built-in profile's names from
+/// other kernel versions are missing as a matter of course.)
+pub fn source_warning(users_own: bool, r: &Resolved, vmlinux: Option<&Path>) -> Option<String> {
+    if !users_own || r.source_routes.is_empty() || vmlinux.is_some() {
+        return None;
+    }
+    let names: Vec<&str> = r.source_routes.iter().map(|(p, _)| p.as_str()).collect();
+    Some(format!(
+        "{} can only be matched with a debug vmlinux (--vmlinux PATH); \
+         without one, those calls count under their caller functions",
+        names.join(", ")
+    ))
+}
+
 /// The reason mapping and the BPF deep-caller tables for a profile (or
 /// none: one reason per caller).
 pub fn mapping(
@@ -158,7 +192,7 @@ pub fn session_options(cli: &Cli, func_addr: u64, stack_on: Option<u32>) -> sess
         stack_on,
         top: cli.top,
         folded: cli.folded.clone(),
-        vmlinux: cli.vmlinux.clone(),
+        vmlinux: debug_vmlinux(cli.vmlinux.as_deref()),
         verbose: cli.verbose,
     }
 }
@@ -189,6 +223,7 @@ mod tests {
                 }],
             }],
             missing: vec!["map_anon_folio_pmd".into(), "migrate_folio_move".into()],
+            source_routes: vec![],
         }
     }
 
@@ -224,6 +259,30 @@ mod tests {
                 "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, MIGRATE"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn source_patterns_without_a_vmlinux_are_a_warning() {
+        let mut r = resolved();
+        assert_eq!(source_warning(true, &r, None), None);
+        r.source_routes = vec![
+            ("zap_pte_range".into(), "ZAP".into()),
+            ("file:mm/rmap.c".into(), "ZAP".into()),
+        ];
+        assert_eq!(
+            source_warning(true, &r, Some(Path::new("/x/vmlinux"))),
+            None
+        );
+        assert_eq!(source_warning(false, &r, None), None);
+        assert_eq!(
+            source_warning(true, &r, None).unwrap(),
+            "zap_pte_range, file:mm/rmap.c can only be matched with a debug vmlinux (--vmlinux PATH); \
+             without one, those calls count under their caller functions"
+        );
+        assert_eq!(
+            debug_vmlinux(Some(Path::new("/x"))),
+            Some(PathBuf::from("/x"))
         );
     }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::probe::Probe;
-use crate::reasons::{Mapper, NR_SLOTS};
+use crate::reasons::{Mapper, SourceLookup, NR_SLOTS};
 
 #[derive(Debug, Default)]
 pub struct Poller {
@@ -28,6 +28,7 @@ impl Poller {
         probe: &Probe<'_>,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
+        mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
         let mut totals = probe.counts()?;
         totals.resize(NR_SLOTS, 0);
@@ -35,7 +36,7 @@ impl Poller {
             let slot = match self.sites.get(&ret) {
                 Some(&s) => s,
                 None => {
-                    let s = mapper.classify(ksyms, ret);
+                    let s = mapper.classify(ksyms, ret, src.as_deref_mut());
                     if !probe.add_site(ret, s)? {
                         self.unplaced += 1;
                     }

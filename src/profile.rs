@@ -43,6 +43,15 @@
 //! profile covers several kernel versions: they are reported as missing and
 //! ignored, and a rule whose `within` functions are all missing is dropped.
 //!
+//! Inlined callers and source files: a default's `callers` may also name a
+//! function the kernel inlined everywhere (it has no symbol) or a source
+//! file as `file:PATH` (for example `file:mm/rmap.c`: call sites whose
+//! source file ends with that path). kallsyms cannot place these; with a
+//! debug vmlinux (`--vmlinux`, or the distribution's debug package) each new
+//! call site is looked up in its DWARF, and a match counts for the reason
+//! before the caller function's own route. Without one they never match.
+//! Rules (`within`) take only functions with symbols.
+//!
 //! Defaults cost nothing per call (each call site is mapped once). A caller
 //! with rules costs a stack walk on every call, and the BPF program takes
 //! at most 16 address ranges of such callers and 32 address ranges of their
@@ -301,8 +310,18 @@ fn check_reason_name(name: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Function names: C identifiers, without clone suffixes.
+/// Prefix of a caller pattern naming a source file instead of a function.
+pub const FILE_PREFIX: &str = "file:";
+
+/// Function names: C identifiers, without clone suffixes. In `callers`,
+/// also `file:PATH` (a call site whose source file ends with PATH).
 fn check_function(name: &str) -> std::result::Result<(), String> {
+    if let Some(path) = name.strip_prefix(FILE_PREFIX) {
+        if path.is_empty() || path.contains(char::is_whitespace) {
+            return Err(format!("bad source file pattern `{name}`"));
+        }
+        return Ok(());
+    }
     if name.contains('.') {
         return Err(format!(
             "bad function name `{name}`: write it without clone suffixes (`{}` covers them)",
@@ -327,6 +346,11 @@ fn check_functions(key: &str, names: &[String]) -> std::result::Result<(), Strin
     }
     let mut seen = HashSet::new();
     for n in names {
+        if key != "callers" && n.starts_with(FILE_PREFIX) {
+            return Err(format!(
+                "{key}: `{n}`: only `callers` take source files (rules need functions with addresses)"
+            ));
+        }
         check_function(n).map_err(|m| format!("{key}: {m}"))?;
         if !seen.insert(n) {
             return Err(format!("{key}: `{n}` is listed twice"));
@@ -466,6 +490,10 @@ pub struct Resolved {
     pub deep: Vec<DeepCallerSpec>,
     /// Profile function names absent from this kernel, in profile order.
     pub missing: Vec<String>,
+    /// `(pattern, reason)` for callers without rules that kallsyms cannot
+    /// place: inlined functions and `file:` source paths. A call site
+    /// matches through the debug vmlinux's DWARF, if there is one.
+    pub source_routes: Vec<(String, String)>,
 }
 
 /// A caller whose reason depends on deeper frames.
@@ -551,7 +579,7 @@ pub fn resolve(profile: &Profile, ksyms: &Kallsyms) -> Result<Resolved> {
     let mut ranges: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for name in all_functions(profile) {
         let r = function_ranges(ksyms, name);
-        if r.is_empty() {
+        if r.is_empty() && !name.starts_with(FILE_PREFIX) {
             out.missing.push(name.to_string());
         }
         ranges.insert(name, r);
@@ -564,10 +592,20 @@ pub fn resolve(profile: &Profile, ksyms: &Kallsyms) -> Result<Resolved> {
         }
     }
     for caller in callers {
+        let lists = |r: &&Reason| r.callers.iter().any(|c| c == caller);
         if ranges[caller].is_empty() {
+            // Not a symbol (inlined, a source file, or absent): only debug
+            // info can place its call sites, and only for a plain route.
+            let default = profile
+                .reasons
+                .iter()
+                .filter(lists)
+                .find(|r| r.within.is_none());
+            if let Some(r) = default {
+                out.source_routes.push((caller.to_string(), r.name.clone()));
+            }
             continue;
         }
-        let lists = |r: &&Reason| r.callers.iter().any(|c| c == caller);
         let default_reason = profile
             .reasons
             .iter()
@@ -723,6 +761,13 @@ pub fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms) -> Str
             "BPF tables: {} of {MAX_DEEP_CALLERS} caller ranges, {} of {MAX_DEEP_RULES} rule ranges",
             resolved.deep_caller_ranges(),
             resolved.deep_rule_ranges()
+        );
+    }
+    for (pattern, reason) in &resolved.source_routes {
+        let _ = writeln!(
+            s,
+            "{pattern}: not a kernel symbol; call sites match through a debug vmlinux's DWARF \
+             (--vmlinux), then count as {reason}"
         );
     }
     s.push_str("Callers not listed count under their own name.\n");

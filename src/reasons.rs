@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::kallsyms::{base_name, Kallsyms};
 use crate::probe::{DeepCaller, DeepRule};
-use crate::profile::Resolved;
+use crate::profile::{Resolved, FILE_PREFIX};
 
 /// Slot layout shared with the BPF side (src/bpf/topdown.h).
 pub const NR_SLOTS: usize = 256;
@@ -104,12 +104,29 @@ impl Reasons {
     }
 }
 
+/// Where an address lies in the source, from debug info: the functions
+/// inlined there, innermost first, then the function itself; and the
+/// source files of those locations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceLoc {
+    pub functions: Vec<String>,
+    pub files: Vec<String>,
+}
+
+/// Looks up source locations (a symbolizer with a debug vmlinux).
+pub trait SourceLookup {
+    fn source(&mut self, addr: u64) -> Option<SourceLoc>;
+}
+
 /// Maps call sites to reason slots: through the profile's caller table
 /// where it names the caller, else one reason per caller function.
 #[derive(Debug)]
 pub struct Mapper {
     pub reasons: Reasons,
     by_caller: HashMap<String, u32>,
+    /// Inlined callers and `file:` patterns, matched through debug info
+    /// before the caller table: they are the more specific.
+    by_source: Vec<(String, u32)>,
 }
 
 impl Mapper {
@@ -118,6 +135,7 @@ impl Mapper {
         Mapper {
             reasons: Reasons::new(max_reasons),
             by_caller: HashMap::new(),
+            by_source: Vec::new(),
         }
     }
 
@@ -134,6 +152,10 @@ impl Mapper {
         }
         for (caller, reason) in &p.routes {
             m.route(caller, reason);
+        }
+        for (pattern, reason) in &p.source_routes {
+            let slot = m.reasons.slot(reason);
+            m.by_source.push((pattern.clone(), slot));
         }
         let (mut callers, mut rules) = (Vec::new(), Vec::new());
         for d in &p.deep {
@@ -186,8 +208,36 @@ impl Mapper {
         v
     }
 
-    /// The slot for a caller's return address.
-    pub fn classify(&mut self, ksyms: &Kallsyms, ret: u64) -> u32 {
+    /// True if some routes can only be matched through debug info.
+    pub fn needs_source(&self) -> bool {
+        !self.by_source.is_empty()
+    }
+
+    /// The slot of the first source pattern the location matches.
+    fn source_slot(&self, loc: &SourceLoc) -> Option<u32> {
+        self.by_source.iter().find_map(|(pattern, slot)| {
+            let hit = match pattern.strip_prefix(FILE_PREFIX) {
+                Some(path) => loc.files.iter().any(|f| f.ends_with(path)),
+                None => loc.functions.iter().any(|f| base_name(f) == pattern),
+            };
+            hit.then_some(*slot)
+        })
+    }
+
+    /// The slot for a caller's return address. `src` places it in the
+    /// source (inlined callers, files) where the profile asks for that.
+    pub fn classify(
+        &mut self,
+        ksyms: &Kallsyms,
+        ret: u64,
+        src: Option<&mut (dyn SourceLookup + '_)>,
+    ) -> u32 {
+        if let Some(src) = src.filter(|_| self.needs_source()) {
+            // -1: the call instruction, not what follows it.
+            if let Some(slot) = src.source(ret - 1).and_then(|l| self.source_slot(&l)) {
+                return slot;
+            }
+        }
         let caller = caller_name(ksyms, ret);
         match self.by_caller.get(caller) {
             Some(&slot) => slot,
@@ -256,9 +306,9 @@ mod tests {
         let mut m = Mapper::auto(64);
         let zap = m.route("zap_pte_range", "ZAP");
         assert_eq!(m.route("folio_remove_rmap_ptes", "ZAP"), zap);
-        assert_eq!(m.classify(&k, 0xffffffff81000100), zap);
-        assert_eq!(m.classify(&k, 0xffffffff81001100), zap);
-        let other = m.classify(&k, 0xffffffff81002100);
+        assert_eq!(m.classify(&k, 0xffffffff81000100, None), zap);
+        assert_eq!(m.classify(&k, 0xffffffff81001100, None), zap);
+        let other = m.classify(&k, 0xffffffff81002100, None);
         assert_ne!(other, zap);
         assert_eq!(m.reasons.name(other), "other_caller");
         assert_eq!(
@@ -292,11 +342,13 @@ mod tests {
                 ],
             }],
             missing: vec![],
+            source_routes: vec![("file:mm/rmap.c".into(), "FAULT".into())],
         };
         let (m, callers, rules) = Mapper::from_profile(&p, 64);
         let slot = |n| m.reasons.lookup(n).unwrap();
         assert_eq!((slot("FAULT"), slot("KHUGEPAGED"), slot("MADV")), (2, 3, 4));
         assert_eq!(m.by_caller["do_fault"], 2);
+        assert_eq!(m.by_source, [("file:mm/rmap.c".to_string(), 2)]);
         // No default reason: unmatched calls count under the caller's name.
         let own = slot("collapse");
         assert_eq!(
@@ -325,6 +377,38 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(0x300, 3, 8), (0x500, 3, 8), (0x700, 4, 4)]
         );
+    }
+
+    #[test]
+    fn source_patterns_match_inlined_functions_and_files_first() {
+        struct Fake;
+        impl SourceLookup for Fake {
+            fn source(&mut self, addr: u64) -> Option<SourceLoc> {
+                (addr == 0xffffffff81000fff).then(|| SourceLoc {
+                    functions: vec!["zap_pte_range".into(), "unmap_page_range.cold".into()],
+                    files: vec!["/build/linux/mm/memory.c".into()],
+                })
+            }
+        }
+        let k = Kallsyms::parse("ffffffff81000000 t unmap_page_range\nffffffff81002000 T end\n");
+        let mut m = Mapper::auto(64);
+        let zap = m.reasons.slot("ZAP");
+        let mem = m.reasons.slot("MEMORY");
+        m.by_source = vec![
+            ("zap_pte_range".into(), zap),
+            ("file:mm/memory.c".into(), mem),
+        ];
+        // The inlined function, though the symbol is unmap_page_range.
+        assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), zap);
+        // Another address: no source location, so the caller's own name.
+        let own = m.classify(&k, 0xffffffff81000100, Some(&mut Fake));
+        assert_eq!(m.reasons.name(own), "unmap_page_range");
+        // Without debug info the pattern cannot match.
+        let own2 = m.classify(&k, 0xffffffff81001000, None);
+        assert_eq!(own2, own);
+        // A file pattern, when no function pattern comes first.
+        m.by_source.remove(0);
+        assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), mem);
     }
 
     #[test]

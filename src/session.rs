@@ -14,7 +14,7 @@ use crate::output::{self, Drops, StackRow, Summary, Verify};
 use crate::poll::Poller;
 use crate::probe::Probe;
 use crate::rates::Interval;
-use crate::reasons::{Mapper, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::reasons::{Mapper, SourceLookup, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::stacks::{self, Capture, Stack, Tally};
 use crate::symbolize::Symbols;
 use crate::trigger::{Switch, Trigger};
@@ -114,6 +114,14 @@ impl StackMode {
     }
 }
 
+/// The symbolizer, as the source of inlined callers and files, when the
+/// profile routes any.
+fn source<'a>(stacks: &'a mut StackMode, mapper: &Mapper) -> Option<&'a mut dyn SourceLookup> {
+    mapper
+        .needs_source()
+        .then_some(&mut stacks.symbols as &mut dyn SourceLookup)
+}
+
 fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
@@ -162,7 +170,7 @@ pub fn run(
             stacks.wait((deadline - now).min(TICK))?;
             continue;
         }
-        let cur = poller.totals(&probe, ksyms, mapper)?;
+        let cur = poller.totals(&probe, ksyms, mapper, source(&mut stacks, mapper))?;
         let iv = Interval::between(&prev, &cur, (now - last).as_secs_f64());
         let target = trigger.target();
         let (captured, rows) = match target {
@@ -211,7 +219,7 @@ pub fn run(
     probe.detach();
     let stats = probe.stats()?;
     stacks.drain()?;
-    let totals = poller.totals(&probe, ksyms, mapper)?;
+    let totals = poller.totals(&probe, ksyms, mapper, source(&mut stacks, mapper))?;
     let run = Interval::between(&[], &totals, start.elapsed().as_secs_f64());
     let target = trigger.target();
     let empty = Tally::default();

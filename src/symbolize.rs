@@ -4,9 +4,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use blazesym::symbolize::source::{Kernel, Process, Source};
-use blazesym::symbolize::{cache, Input, Sym, Symbolized, Symbolizer};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{cache, Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
+
+use crate::reasons::{SourceLoc, SourceLookup};
 
 pub struct Symbols {
     sym: Symbolizer,
@@ -47,11 +49,11 @@ fn location(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
 }
 
 impl Symbols {
-    /// `vmlinux`: a debug kernel image for inlined frames and source lines;
-    /// without one blazesym looks in the usual places, then uses kallsyms.
+    /// `vmlinux`: a debug kernel image for inlined frames and source lines
+    /// (plan::debug_vmlinux finds one); without it, kallsyms only.
     pub fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
         let kernel = Kernel {
-            vmlinux: vmlinux.map_or(MaybeDefault::Default, MaybeDefault::Some),
+            vmlinux: vmlinux.map_or(MaybeDefault::None, MaybeDefault::Some),
             ..Kernel::default()
         };
         Symbols {
@@ -61,6 +63,61 @@ impl Symbols {
             ucache: HashMap::new(),
             cached_pids: HashSet::new(),
             verbose,
+        }
+    }
+
+    /// Symbols of an image file (ELF with DWARF) at its link-time
+    /// addresses, instead of the running kernel: for addresses taken from
+    /// the image itself, such as a vmlinux's.
+    pub fn for_image(image: PathBuf) -> Self {
+        let mut s = Self::new(None, false);
+        s.kernel = Source::Elf(Elf::new(image));
+        s
+    }
+
+    /// Frames of each address (looked up at the address itself; shown at
+    /// +1, the return address), and whether every lookup failed.
+    fn kernel_frames(&self, probes: &[u64]) -> (Vec<Option<Vec<String>>>, bool) {
+        let res = self
+            .sym
+            .symbolize(&self.kernel, self.input(probes))
+            .unwrap_or_default();
+        let all_failed = res
+            .iter()
+            .all(|r| matches!(r, Symbolized::Unknown(Reason::IgnoredError)));
+        let found = (0..probes.len())
+            .map(|i| match res.get(i) {
+                Some(Symbolized::Sym(s)) => Some(frames(s, 1)),
+                _ => None,
+            })
+            .collect();
+        (found, all_failed)
+    }
+
+    /// Falls back to kallsyms when a vmlinux was in use; false if none was.
+    /// (blazesym's vmlinux path also needs /proc/modules, which kernels
+    /// without module support lack: then every lookup fails.)
+    fn drop_vmlinux(&mut self) -> bool {
+        let uses_vmlinux =
+            matches!(&self.kernel, Source::Kernel(k) if matches!(k.vmlinux, MaybeDefault::Some(_)));
+        if uses_vmlinux {
+            if self.verbose {
+                eprintln!("topdown: the vmlinux gave no symbols; using kallsyms");
+            }
+            self.kernel = Source::Kernel(Kernel {
+                vmlinux: MaybeDefault::None,
+                ..Kernel::default()
+            });
+        }
+        uses_vmlinux
+    }
+
+    /// The kernel source's addresses: absolute for the running kernel,
+    /// link-time offsets for an image.
+    fn input<'a>(&self, addrs: &'a [u64]) -> Input<&'a [u64]> {
+        match self.kernel {
+            Source::Elf(_) => Input::VirtOffset(addrs),
+            _ => Input::AbsAddr(addrs),
         }
     }
 
@@ -76,16 +133,13 @@ impl Symbols {
             .collect();
         if !missing.is_empty() {
             let probes: Vec<u64> = missing.iter().map(|a| a.saturating_sub(1)).collect();
-            let res = self
-                .sym
-                .symbolize(&self.kernel, Input::AbsAddr(&probes))
-                .unwrap_or_default();
-            for (i, a) in missing.iter().enumerate() {
-                let f = match res.get(i) {
-                    Some(Symbolized::Sym(s)) => frames(s, 1),
-                    _ => vec![format!("{a:#x}")],
-                };
-                self.kcache.insert(*a, f);
+            let (mut found, all_failed) = self.kernel_frames(&probes);
+            if all_failed && self.drop_vmlinux() {
+                found = self.kernel_frames(&probes).0;
+            }
+            for (a, f) in missing.iter().zip(found) {
+                self.kcache
+                    .insert(*a, f.unwrap_or_else(|| vec![format!("{a:#x}")]));
             }
         }
         addrs.iter().flat_map(|a| self.kcache[a].clone()).collect()
@@ -155,5 +209,35 @@ impl Symbols {
             .iter()
             .flat_map(|a| self.ucache[&(pid, *a)].clone())
             .collect()
+    }
+}
+
+impl SourceLookup for Symbols {
+    /// The kernel address's place in the source: only a vmlinux with DWARF
+    /// gives inlined functions and files; kallsyms gives just the function.
+    fn source(&mut self, addr: u64) -> Option<SourceLoc> {
+        let res = self.sym.symbolize(&self.kernel, self.input(&[addr])).ok()?;
+        let Some(Symbolized::Sym(sym)) = res.first() else {
+            return None;
+        };
+        let mut functions: Vec<String> = sym
+            .inlined
+            .iter()
+            .rev()
+            .map(|f| f.name.to_string())
+            .collect();
+        functions.push(sym.name.to_string());
+        let files = sym
+            .code_info
+            .iter()
+            .map(|ci| ci.to_path().display().to_string())
+            .chain(
+                sym.inlined
+                    .iter()
+                    .filter_map(|f| f.code_info.as_ref())
+                    .map(|ci| ci.to_path().display().to_string()),
+            )
+            .collect();
+        Some(SourceLoc { functions, files })
     }
 }

@@ -67,7 +67,7 @@ fn poller_totals_are_exact_across_resolution() {
         let (a, b1, b2) = (0xffffffff81000010, 0xffffffff81001010, 0xffffffff81001800);
         p.test_count(a, 2).unwrap();
         p.test_count(b1, 1).unwrap();
-        let t = poller.totals(p, &k, &mut m).unwrap();
+        let t = poller.totals(p, &k, &mut m, None).unwrap();
         let sa = m.reasons.lookup("caller_a").unwrap();
         let sb = m.reasons.lookup("caller_b").unwrap();
         assert_eq!((t[sa as usize], t[sb as usize]), (2, 1));
@@ -77,11 +77,11 @@ fn poller_totals_are_exact_across_resolution() {
         p.test_count(a, 10).unwrap();
         p.test_count(b1, 20).unwrap();
         p.test_count(b2, 30).unwrap();
-        let t = poller.totals(p, &k, &mut m).unwrap();
+        let t = poller.totals(p, &k, &mut m, None).unwrap();
         assert_eq!((t[sa as usize], t[sb as usize]), (12, 51));
         assert_eq!(t.iter().sum::<u64>(), 63);
         p.test_count(b2, 1).unwrap();
-        let t = poller.totals(p, &k, &mut m).unwrap();
+        let t = poller.totals(p, &k, &mut m, None).unwrap();
         assert_eq!(t[sb as usize], 52);
         assert_eq!(poller.sites(), 3);
     });
