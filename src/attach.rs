@@ -75,7 +75,19 @@ pub fn load_kallsyms() -> Result<Kallsyms> {
 
 /// The entry address of `func`, or an error suggesting close names.
 pub fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
-    if let Some(s) = ksyms.named(func).next() {
+    let mut same = ksyms.named(func);
+    if let Some(s) = same.next() {
+        let others = same.count();
+        if others > 0 {
+            // Static functions of one name in several files: the kernel
+            // attaches to one of them; if not this one, its calls show up
+            // as "caller not found" rather than under wrong reasons.
+            eprintln!(
+                "topdown: warning: {} kernel functions are named {func}; assuming the one at {:#x}",
+                others + 1,
+                s.addr
+            );
+        }
         return Ok(s.addr);
     }
     let close = ksyms.suggest(func, 5);
