@@ -56,6 +56,14 @@ pub struct Verify {
     pub unwind_failed: u64,
 }
 
+/// The run's stacks of one captured reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackSet {
+    pub reason: String,
+    pub captured: u64,
+    pub stacks: Vec<StackRow>,
+}
+
 /// Everything the final report says.
 #[derive(Debug, Clone)]
 pub struct Summary<'a> {
@@ -66,12 +74,13 @@ pub struct Summary<'a> {
     pub drops: Drops,
     /// "counting" or "stack capture".
     pub phase: &'a str,
-    pub stack_reason: Option<&'a str>,
-    pub stacks_total: u64,
-    /// Calls of the stack reason seen by the stack program, and samples it sent.
+    /// Stacks of every reason captured, in the order capture reached them;
+    /// the last is the one captured at the end.
+    pub stack_sets: &'a [StackSet],
+    /// Calls of the captured reasons seen by the stack program, and
+    /// samples it sent, over the run.
     pub stacks_matched: u64,
     pub stacks_sent: u64,
-    pub stacks: &'a [StackRow],
     pub verify: Option<Verify>,
     /// The counting program's run statistics.
     pub prog: ProgStats,
@@ -173,11 +182,11 @@ pub fn summary_table(sum: &Summary<'_>) -> String {
             top.share
         );
     }
-    if let Some(reason) = sum.stack_reason {
+    for set in sum.stack_sets {
         s.push_str(&stacks_text(
-            &format!("top stacks of {reason} ({} captured):", sum.stacks_total),
-            sum.stacks_total,
-            sum.stacks,
+            &format!("top stacks of {} ({} captured):", set.reason, set.captured),
+            set.captured,
+            &set.stacks,
         ));
     }
     let drops: Vec<String> = sum
@@ -309,8 +318,21 @@ pub fn summary_json(sum: &Summary<'_>) -> String {
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
     let merged: Vec<String> = sum.reasons.merged().iter().map(|m| json_str(m)).collect();
+    let last = sum.stack_sets.last();
+    let sets: Vec<String> = sum
+        .stack_sets
+        .iter()
+        .map(|set| {
+            format!(
+                "{{\"reason\":{},\"captured\":{},\"stacks\":{}}}",
+                json_str(&set.reason),
+                set.captured,
+                json_stacks(&set.stacks)
+            )
+        })
+        .collect();
     format!(
-        "{{\"type\":\"summary\",\"func\":{},\"mode\":{},\"phase\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"other_merges\":[{}],\"drops\":{{{}}},\"stack_reason\":{},\"stacks_matched\":{},\"stacks_sent\":{},\"stacks_captured\":{},\"stacks\":{},\"verify\":{},\"bpf\":{},\"companion\":{}}}",
+        "{{\"type\":\"summary\",\"func\":{},\"mode\":{},\"phase\":{},\"secs\":{},\"total\":{},\"rate\":{},\"reasons\":{},\"other_merges\":[{}],\"drops\":{{{}}},\"stack_reason\":{},\"stacks_matched\":{},\"stacks_sent\":{},\"stacks_captured\":{},\"stacks\":{},\"stacks_by_reason\":[{}],\"verify\":{},\"bpf\":{},\"companion\":{}}}",
         json_str(sum.func),
         json_str(sum.mode),
         json_str(sum.phase),
@@ -320,11 +342,12 @@ pub fn summary_json(sum: &Summary<'_>) -> String {
         json_rows(sum.run, sum.reasons),
         merged.join(","),
         drops.join(","),
-        sum.stack_reason.map_or("null".into(), json_str),
+        last.map_or("null".into(), |l| json_str(&l.reason)),
         sum.stacks_matched,
         sum.stacks_sent,
-        sum.stacks_total,
-        json_stacks(sum.stacks),
+        last.map_or(0, |l| l.captured),
+        json_stacks(last.map_or(&[][..], |l| &l.stacks)),
+        sets.join(","),
         sum.verify.map_or("null".into(), |v| format!(
             "{{\"checked\":{},\"mismatches\":{},\"unwind_failed\":{}}}",
             v.checked, v.mismatches, v.unwind_failed
@@ -392,10 +415,24 @@ mod tests {
     #[test]
     fn summary_reports_drops_hot_reason_and_stacks() {
         let (r, iv) = sample();
-        let stacks = [StackRow {
-            count: 3,
-            frames: vec!["a".into(), "b".into()],
-        }];
+        let sets = [
+            StackSet {
+                reason: "folio_remove_rmap_ptes".into(),
+                captured: 1,
+                stacks: vec![StackRow {
+                    count: 1,
+                    frames: vec!["z".into()],
+                }],
+            },
+            StackSet {
+                reason: "do_huge_pmd_anonymous_page".into(),
+                captured: 3,
+                stacks: vec![StackRow {
+                    count: 3,
+                    frames: vec!["a".into(), "b".into()],
+                }],
+            },
+        ];
         let sum = Summary {
             func: "f",
             mode: "fentry",
@@ -406,11 +443,9 @@ mod tests {
                 ..Drops::default()
             },
             phase: "stack capture",
-            stack_reason: Some("do_huge_pmd_anonymous_page"),
-            stacks_total: 3,
+            stack_sets: &sets,
             stacks_matched: 10,
-            stacks_sent: 3,
-            stacks: &stacks,
+            stacks_sent: 4,
             verify: None,
             prog: ProgStats::default(),
             companion: None,
@@ -420,9 +455,21 @@ mod tests {
         assert!(t.contains("hot reason: do_huge_pmd_anonymous_page (75.0%)"));
         assert!(t.contains("stacks rate capped=7"));
         assert!(t.contains("      a\n      b\n"));
+        let first = t
+            .find("top stacks of folio_remove_rmap_ptes (1 captured):")
+            .unwrap();
+        let second = t
+            .find("top stacks of do_huge_pmd_anonymous_page (3 captured):")
+            .unwrap();
+        assert!(first < second);
         let j = summary_json(&sum);
         assert!(j.contains("\"stacks_rate_capped\":7"));
-        assert!(j.contains("\"stacks_matched\":10,\"stacks_sent\":3,\"stacks_captured\":3"));
+        assert!(j.contains(
+            "\"stack_reason\":\"do_huge_pmd_anonymous_page\",\"stacks_matched\":10,\"stacks_sent\":4,\"stacks_captured\":3"
+        ));
+        assert!(j.contains(
+            "\"stacks_by_reason\":[{\"reason\":\"folio_remove_rmap_ptes\",\"captured\":1,\"stacks\":[{\"count\":1,\"frames\":[\"z\"]}]},{\"reason\":\"do_huge_pmd_anonymous_page\",\"captured\":3,"
+        ));
         assert!(j.contains("\"stacks\":[{\"count\":3,\"frames\":[\"a\",\"b\"]}]"));
         assert!(j.starts_with("{\"type\":\"summary\",\"func\":\"f\",\"mode\":\"fentry\""));
     }

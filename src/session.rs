@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
-use crate::output::{self, Drops, StackRow, Summary, Verify};
+use crate::output::{self, Drops, StackRow, StackSet, Summary, Verify};
 use crate::poll::Poller;
 use crate::probe::Probe;
 use crate::rates::Interval;
@@ -49,6 +49,8 @@ struct StackMode {
     capture: Option<Capture>,
     symbols: Symbols,
     tallies: HashMap<u32, Tally>,
+    /// Reasons in the order capture reached them.
+    order: Vec<u32>,
     func_addr: u64,
     window: u64,
 }
@@ -67,6 +69,9 @@ impl StackMode {
             .flat_map(|c| ksyms.function(c).map(|s| (s.addr, s.end)))
             .collect();
         probe.stacks_on(slot, &ranges)?;
+        if !self.order.contains(&slot) {
+            self.order.push(slot);
+        }
         if self.capture.is_none() {
             self.capture = Some(Capture::new(probe.samples_map()?)?);
             // Parse kallsyms now rather than when the first samples wait.
@@ -142,6 +147,7 @@ pub fn run(
         capture: None,
         symbols: Symbols::new(opts.vmlinux.clone(), opts.verbose),
         tallies: HashMap::new(),
+        order: Vec::new(),
         func_addr: opts.func_addr,
         window: opts.entry_window,
     };
@@ -222,13 +228,31 @@ pub fn run(
     let totals = poller.totals(&probe, ksyms, mapper, source(&mut stacks, mapper))?;
     let run = Interval::between(&[], &totals, start.elapsed().as_secs_f64());
     let target = trigger.target();
+    // Every reason captured, the current one last.
+    let mut order = stacks.order.clone();
+    if let Some(t) = target {
+        order.retain(|&s| s != t);
+        order.push(t);
+    }
     let empty = Tally::default();
-    let tally = target
-        .and_then(|t| stacks.tallies.get(&t))
-        .unwrap_or(&empty);
-    let (captured, top) = tally.run_top(opts.top);
+    let tally = |slot: u32| stacks.tallies.get(&slot).unwrap_or(&empty);
+    let stack_sets: Vec<StackSet> = order
+        .iter()
+        .map(|&slot| {
+            let (captured, stacks) = tally(slot).run_top(opts.top);
+            StackSet {
+                reason: mapper.reasons.name(slot).to_string(),
+                captured,
+                stacks,
+            }
+        })
+        .collect();
     if let Some(path) = &opts.folded {
-        std::fs::write(path, tally.folded(probe.func()))
+        let text: String = order
+            .iter()
+            .map(|&slot| tally(slot).folded(mapper.reasons.name(slot), probe.func()))
+            .collect();
+        std::fs::write(path, text)
             .map_err(|e| Error::msg(format!("cannot write {}: {e}", path.display())))?;
     }
     let sum = Summary {
@@ -251,11 +275,9 @@ pub fn run(
         } else {
             "counting"
         },
-        stack_reason: target.map(|t| mapper.reasons.name(t)),
-        stacks_total: captured,
+        stack_sets: &stack_sets,
         stacks_matched: stats.stack_matched,
         stacks_sent: stats.stack_emitted,
-        stacks: &top,
         verify: opts.verify_caller.then_some(Verify {
             checked: stats.verify_checked,
             mismatches: stats.verify_mismatch,

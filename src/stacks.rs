@@ -138,9 +138,11 @@ impl Stack {
         f
     }
 
-    /// The folded form: root first, `func` as the leaf.
-    pub fn folded(&self, func: &str) -> String {
-        let mut parts: Vec<&str> = self.user.iter().rev().map(String::as_str).collect();
+    /// The folded form: `reason` as the root, then the frames root first,
+    /// `func` as the leaf.
+    pub fn folded(&self, reason: &str, func: &str) -> String {
+        let mut parts: Vec<&str> = vec![reason];
+        parts.extend(self.user.iter().rev().map(String::as_str));
         parts.extend(self.kernel.iter().rev().map(String::as_str));
         parts.push(func);
         parts
@@ -194,11 +196,11 @@ impl Tally {
     }
 
     /// Every stack of the run in folded form, one line each, sorted.
-    pub fn folded(&self, func: &str) -> String {
+    pub fn folded(&self, reason: &str, func: &str) -> String {
         let mut lines: Vec<String> = self
             .run
             .iter()
-            .map(|(s, c)| format!("{} {c}", s.folded(func)))
+            .map(|(s, c)| format!("{} {c}", s.folded(reason, func)))
             .collect();
         lines.sort();
         lines.iter().map(|l| format!("{l}\n")).collect()
@@ -271,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn folded_lines_are_root_first_with_the_function_as_leaf() {
+    fn folded_lines_are_reason_then_root_first_with_the_function_as_leaf() {
         let mut t = Tally::default();
         t.add(stack(
             &["caller+0x1", "root fn+0x2"],
@@ -282,8 +284,8 @@ mod tests {
             &["main+0x5", "_start+0x1"],
         ));
         assert_eq!(
-            t.folded("deferred_split_folio"),
-            "_start+0x1;main+0x5;root_fn+0x2;caller+0x1;deferred_split_folio 2\n"
+            t.folded("ZAP", "deferred_split_folio"),
+            "ZAP;_start+0x1;main+0x5;root_fn+0x2;caller+0x1;deferred_split_folio 2\n"
         );
     }
 

@@ -37,7 +37,9 @@ expect_eq "auto: captured = sent" "$captured" "$(summary_num stacks_sent)"
 expect_eq "auto: captured = matched" "$captured" "$(summary_num stacks_matched)"
 echo "$TD_SUMMARY" | grep -q '"unmap_page_range+0x' || fail "auto: no unmap_page_range frame"
 expect_eq "auto: first frames" "$(first_frames)" folio_remove_rmap_ptes
-# Folded: root first, the traced function as the leaf, counts adding up.
+# Folded: the reason, then the frames root first, the traced function as the leaf,
+# counts adding up.
+expect_eq "folded lines not under ZAP" "$(grep -vc '^ZAP;' "$TD_TMP/folded")" 0
 grep -q ';unmap_page_range+0x[0-9a-f]*;folio_remove_rmap_ptes+0x[0-9a-f]*;deferred_split_folio [0-9]*$' "$TD_TMP/folded" ||
 	{ cat "$TD_TMP/folded"; fail "folded output lacks the zap path"; }
 expect_eq "folded total" "$(awk '{ s += $NF } END { print s }' "$TD_TMP/folded")" "$captured"
@@ -53,4 +55,32 @@ expect_eq "stack-on: matched" "$(summary_num stacks_matched)" $F
 echo "$TD_SUMMARY" | grep -q '"handle_mm_fault+0x' || fail "stack-on: no handle_mm_fault frame"
 expect_eq "stack-on: first frames" "$(first_frames)" do_huge_pmd_anonymous_page
 expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stacks_ringbuf_full)" 00
+
+# 3. Moving: the faults now happen while topdown runs, so FAULT_ALLOC dominates first and
+# is captured; then the half-unmaps alone, and capture moves to ZAP. The summary has the
+# stacks of both, in that order.
+td_start deferred_split_folio -i 0.5 --min-events 3
+thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
+thp_pid=$!
+i=0
+until grep -q "thp: ready" "$TD_TMP/thp.out"; do
+	i=$((i + 1))
+	[ $i -lt 300 ] || fail "thp did not get ready: $(cat "$TD_TMP/thp.out")"
+	sleep 0.1
+done
+sleep 1.5
+kill -USR1 $thp_pid
+wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+td_stop INT
+cat "$TD_ERR"
+expect_eq "move: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $N
+expect_eq "move: ZAP" "$(reason_count ZAP)" $N
+grep -q "FAULT_ALLOC has 100.0% of calls (threshold 80%): capturing its stacks" "$TD_ERR" ||
+	fail "move: no notice for FAULT_ALLOC"
+grep -q "ZAP has 100.0% of calls (threshold 80%): moving stack capture from FAULT_ALLOC" "$TD_ERR" ||
+	fail "move: no notice for the move to ZAP"
+expect_eq "move: stack reason" "$(summary_str stack_reason)" ZAP
+sets=$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":.*' | grep -o '{"reason":"[A-Z_]*","captured"' |
+	sed 's/.*"reason":"//; s/",.*//' | tr '\n' ' ')
+expect_eq "move: reasons with stacks, in order" "$sets" "FAULT_ALLOC ZAP "
 exit 0
