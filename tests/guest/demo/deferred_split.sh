@@ -5,10 +5,10 @@ need_cmd topdown thp
 need_func deferred_split_folio
 
 echo "### topdown deferred_split_folio -i 1 -d 10 --min-events 10"
-topdown deferred_split_folio -i 1 -d 10 --min-events 10 2>"$TD_TMP/err" &
+# Both streams through one pipe keep notices next to the interval that caused them.
+topdown deferred_split_folio -i 1 -d 10 --min-events 10 2>&1 | tee "$TD_TMP/out" &
 td=$!
-tail -f "$TD_TMP/err" &
-until grep -qs "Ctrl-C to end" "$TD_TMP/err"; do sleep 0.1; done
+until grep -qs "Ctrl-C to end" "$TD_TMP/out"; do sleep 0.1; done
 sleep 0.5
 echo "### workload: 40 THP faults, 8 MADV_COLLAPSE collapses"
 thp --faults 40 --collapse 8 >/dev/null
