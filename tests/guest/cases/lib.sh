@@ -88,6 +88,16 @@ need_func() {
 
 # ------------------------------------------------------------------ topdown helpers
 
+# wait_line FILE PATTERN: wait (up to 30 s) until FILE has a line matching PATTERN.
+wait_line() {
+	_i=0
+	until grep -qs "$2" "$1"; do
+		_i=$((_i + 1))
+		[ $_i -lt 300 ] || fail "no '$2' in $1 after 30 s: $(cat "$1" 2>/dev/null)"
+		sleep 0.1
+	done
+}
+
 # td_start ARGS...: start "topdown ARGS --json" in the background (stdout to $TD_OUT,
 # stderr to $TD_ERR, pid in $TD_PID) and wait until it has attached.
 td_start() {

@@ -15,12 +15,7 @@ first_frames() {
 N=40
 thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
 thp_pid=$!
-i=0
-until grep -q "thp: ready" "$TD_TMP/thp.out"; do
-	i=$((i + 1))
-	[ $i -lt 300 ] || fail "thp did not get ready: $(cat "$TD_TMP/thp.out")"
-	sleep 0.1
-done
+wait_line "$TD_TMP/thp.out" "thp: ready"
 td_start deferred_split_folio -i 0.5 --min-events 3 --folded "$TD_TMP/folded"
 kill -USR1 $thp_pid
 wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
@@ -62,12 +57,7 @@ expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stac
 td_start deferred_split_folio -i 0.5 --min-events 3
 thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
 thp_pid=$!
-i=0
-until grep -q "thp: ready" "$TD_TMP/thp.out"; do
-	i=$((i + 1))
-	[ $i -lt 300 ] || fail "thp did not get ready: $(cat "$TD_TMP/thp.out")"
-	sleep 0.1
-done
+wait_line "$TD_TMP/thp.out" "thp: ready"
 sleep 1.5
 kill -USR1 $thp_pid
 wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"

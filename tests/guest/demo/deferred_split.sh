@@ -8,7 +8,7 @@ echo "### topdown deferred_split_folio -i 1 -d 10 --min-events 10"
 # Both streams through one pipe keep notices next to the interval that caused them.
 topdown deferred_split_folio -i 1 -d 10 --min-events 10 2>&1 | tee "$TD_TMP/out" &
 td=$!
-until grep -qs "Ctrl-C to end" "$TD_TMP/out"; do sleep 0.1; done
+wait_line "$TD_TMP/out" "Ctrl-C to end"
 sleep 0.5
 echo "### workload: 40 THP faults, 8 MADV_COLLAPSE collapses"
 thp --faults 40 --collapse 8 >/dev/null
@@ -18,7 +18,7 @@ thp --munmap-halves 30 --dontneed-halves 30 >/dev/null
 sleep 1.5
 echo "### workload: THPs faulted, then 60 half munmaps, 50 ms apart"
 thp --munmap-halves 60 --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" &
-until grep -qs "thp: ready" "$TD_TMP/thp.out"; do sleep 0.1; done
+wait_line "$TD_TMP/thp.out" "thp: ready"
 sleep 1.2
 kill -USR1 $!
 wait $td
