@@ -13,8 +13,6 @@ use crate::reasons::{Mapper, SourceLookup, NR_SLOTS};
 pub struct Poller {
     /// Every return address seen in the pending table, and its slot.
     sites: HashMap<u64, u32>,
-    /// Sites that did not fit in the BPF site table.
-    unplaced: u64,
 }
 
 impl Poller {
@@ -37,9 +35,9 @@ impl Poller {
                 Some(&s) => s,
                 None => {
                     let s = mapper.classify(ksyms, ret, src.as_deref_mut());
-                    if !probe.add_site(ret, s)? {
-                        self.unplaced += 1;
-                    }
+                    // A full site table leaves the site pending: its calls
+                    // are still counted, here, under the right reason.
+                    probe.add_site(ret, s)?;
                     self.sites.insert(ret, s);
                     s
                 }

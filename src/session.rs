@@ -14,7 +14,7 @@ use crate::output::{self, Drops, StackRow, StackSet, Summary, Verify};
 use crate::poll::Poller;
 use crate::probe::Probe;
 use crate::rates::Interval;
-use crate::reasons::{Mapper, SourceLookup, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::reasons::{Mapper, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::stacks::{self, Capture, Stack, Tally};
 use crate::symbolize::Symbols;
 use crate::trigger::{Switch, Trigger};
@@ -119,14 +119,6 @@ impl StackMode {
     }
 }
 
-/// The symbolizer, as the source of inlined callers and files, when the
-/// profile routes any.
-fn source<'a>(stacks: &'a mut StackMode, mapper: &Mapper) -> Option<&'a mut dyn SourceLookup> {
-    mapper
-        .needs_source()
-        .then_some(&mut stacks.symbols as &mut dyn SourceLookup)
-}
-
 fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
@@ -176,7 +168,7 @@ pub fn run(
             stacks.wait((deadline - now).min(TICK))?;
             continue;
         }
-        let cur = poller.totals(&probe, ksyms, mapper, source(&mut stacks, mapper))?;
+        let cur = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
         let iv = Interval::between(&prev, &cur, (now - last).as_secs_f64());
         let target = trigger.target();
         let (captured, rows) = match target {
@@ -225,7 +217,7 @@ pub fn run(
     probe.detach();
     let stats = probe.stats()?;
     stacks.drain()?;
-    let totals = poller.totals(&probe, ksyms, mapper, source(&mut stacks, mapper))?;
+    let totals = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
     let run = Interval::between(&[], &totals, start.elapsed().as_secs_f64());
     let target = trigger.target();
     // Every reason captured, the current one last.
@@ -309,11 +301,7 @@ fn interval_text(
     }
     let mut s = output::interval_table(&output::clock(), iv, &mapper.reasons);
     if let Some(r) = reason.filter(|_| captured > 0) {
-        s.push_str(&output::stacks_text(
-            &format!("top stacks of {r} ({captured} captured):"),
-            captured,
-            rows,
-        ));
+        s.push_str(&output::stacks_text(r, captured, rows));
     }
     s
 }
