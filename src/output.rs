@@ -145,9 +145,10 @@ pub fn interval_table(clock: &str, iv: &Interval, reasons: &Reasons) -> String {
     s
 }
 
-/// Stacks as an indented list, caller first.
-pub fn stacks_text(title: &str, total: u64, stacks: &[StackRow]) -> String {
-    let mut s = format!("  {title}\n");
+/// A reason's top stacks as an indented list, caller first, each with its
+/// count and share of the `total` captured.
+pub fn stacks_text(reason: &str, total: u64, stacks: &[StackRow]) -> String {
+    let mut s = format!("  top stacks of {reason} ({total} captured):\n");
     for st in stacks {
         let share = 100.0 * st.count as f64 / total.max(1) as f64;
         let _ = writeln!(s, "    {} ({share:.1}%)", st.count);
@@ -183,11 +184,7 @@ pub fn summary_table(sum: &Summary<'_>) -> String {
         );
     }
     for set in sum.stack_sets {
-        s.push_str(&stacks_text(
-            &format!("top stacks of {} ({} captured):", set.reason, set.captured),
-            set.captured,
-            &set.stacks,
-        ));
+        s.push_str(&stacks_text(&set.reason, set.captured, &set.stacks));
     }
     let drops: Vec<String> = sum
         .drops

@@ -273,14 +273,17 @@ impl<'obj> Probe<'obj> {
         self.companion = None;
     }
 
+    fn companion_prog(&self, kind: Companion) -> &libbpf_rs::ProgramMut<'obj> {
+        match kind {
+            Companion::Fentry => &self.skel.progs.td_empty_fentry,
+            Companion::Fexit => &self.skel.progs.td_empty_fexit,
+        }
+    }
+
     /// Attaches the empty companion program (loaded only if asked for).
     pub fn attach_companion(&mut self, kind: Companion) -> Result<()> {
-        let progs = &self.skel.progs;
-        let prog = match kind {
-            Companion::Fentry => &progs.td_empty_fentry,
-            Companion::Fexit => &progs.td_empty_fexit,
-        };
-        let link = prog
+        let link = self
+            .companion_prog(kind)
             .attach_trace()
             .map_err(|e| Error::bpf("attaching the companion program", e))?;
         self.companion = Some((kind, link));
@@ -290,11 +293,7 @@ impl<'obj> Probe<'obj> {
     /// Run statistics of the companion program, if one is attached.
     pub fn companion_stats(&self) -> Option<(Companion, ProgStats)> {
         let (kind, _) = self.companion.as_ref()?;
-        let prog = match kind {
-            Companion::Fentry => &self.skel.progs.td_empty_fentry,
-            Companion::Fexit => &self.skel.progs.td_empty_fexit,
-        };
-        Some((*kind, prog_stats(prog.as_fd())))
+        Some((*kind, prog_stats(self.companion_prog(*kind).as_fd())))
     }
 
     /// Per-slot counts summed over all possible CPUs.

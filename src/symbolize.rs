@@ -40,6 +40,12 @@ fn frames(sym: &Sym<'_>, shift: u64) -> Vec<String> {
     out
 }
 
+/// The addresses not yet known, each once.
+fn uncached(addrs: &[u64], known: impl Fn(u64) -> bool) -> Vec<u64> {
+    let unknown: HashSet<u64> = addrs.iter().copied().filter(|&a| !known(a)).collect();
+    unknown.into_iter().collect()
+}
+
 fn location(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
     let file = ci.to_path();
     match ci.line {
@@ -124,13 +130,7 @@ impl Symbols {
     /// Kernel return addresses to frames, caller first. Each is looked up
     /// at address - 1, inside the call instruction.
     pub fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
-        let missing: Vec<u64> = addrs
-            .iter()
-            .filter(|a| !self.kcache.contains_key(a))
-            .copied()
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let missing = uncached(addrs, |a| self.kcache.contains_key(&a));
         if !missing.is_empty() {
             let probes: Vec<u64> = missing.iter().map(|a| a.saturating_sub(1)).collect();
             let (mut found, all_failed) = self.kernel_frames(&probes);
@@ -161,13 +161,7 @@ impl Symbols {
 
     /// User addresses of process `pid` to frames, innermost first.
     pub fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
-        let missing: Vec<u64> = addrs
-            .iter()
-            .filter(|a| !self.ucache.contains_key(&(pid, **a)))
-            .copied()
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a)));
         if !missing.is_empty() {
             // map_files reaches binaries in other mount namespaces, but only
             // while the process lives; after it exits, its cached mappings
