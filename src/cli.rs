@@ -1,8 +1,12 @@
-//! Command-line interface.
+//! Command-line interface: the flags and their syntax, nothing more.
+//! `plan` turns them into what to do.
 
 use std::path::PathBuf;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::bpf::abi::MAX_STACK_FRAMES;
+use crate::reasons::MAX_REASONS;
 
 /// Count a kernel function's calls by caller path, and capture the stacks of
 /// the path that dominates.
@@ -70,7 +74,7 @@ pub struct Cli {
 
     /// Most reasons shown on their own rows; more are merged into OTHER.
     #[arg(long, value_name = "N", default_value_t = 128,
-          value_parser = clap::value_parser!(u32).range(1..=253))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_REASONS as i64))]
     pub max_reasons: u32,
 
     /// Capture stacks of REASON from the start.
@@ -105,7 +109,7 @@ pub struct Cli {
 
     /// Frames captured per stack, kernel and (with -U) user (at most 127).
     #[arg(long, value_name = "N", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(1..=127))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_FRAMES as i64))]
     pub depth: u32,
 
     /// Capture user-space stacks too.
@@ -125,8 +129,8 @@ pub struct Cli {
     pub verify_caller: bool,
 
     /// Attach an empty fentry or fexit program beside the counting one (self-checks, cost baseline).
-    #[arg(long, value_name = "KIND", value_parser = ["fentry", "fexit"], hide = true)]
-    pub companion: Option<String>,
+    #[arg(long, value_name = "KIND", value_enum, hide = true)]
+    pub companion: Option<CompanionKind>,
 
     /// Show libbpf's own messages (verifier logs, attach details).
     #[arg(short, long)]
@@ -135,6 +139,13 @@ pub struct Cli {
     /// Print only the summary at the end, not every interval.
     #[arg(short, long, action = ArgAction::SetTrue)]
     pub quiet: bool,
+}
+
+/// The empty program --companion attaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompanionKind {
+    Fentry,
+    Fexit,
 }
 
 /// Seconds within [lo, hi]: bounded so that a typo neither spins the
@@ -195,6 +206,8 @@ mod tests {
             &["topdown", "f", "-i", "0.001"],
             &["topdown", "f", "-d", "1e300"],
             &["topdown", "f", "--rules", "A=b", "--no-profile"],
+            &["topdown", "f", "--max-reasons", "254"],
+            &["topdown", "f", "--companion", "kprobe"],
             &["topdown"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");

@@ -11,7 +11,7 @@ pub struct Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub fn msg(msg: impl Into<String>) -> Self {
+    pub(crate) fn msg(msg: impl Into<String>) -> Self {
         Error {
             msg: msg.into(),
             errno: None,
@@ -19,7 +19,7 @@ impl Error {
     }
 
     /// A libbpf error with what we were doing when it happened.
-    pub fn bpf(context: &str, e: libbpf_rs::Error) -> Self {
+    pub(crate) fn bpf(context: &str, e: libbpf_rs::Error) -> Self {
         Error {
             msg: format!("{context}: {}", one_line(&e)),
             errno: errno_of(&e),
@@ -50,7 +50,7 @@ impl From<std::io::Error> for Error {
 }
 
 /// The errno at the bottom of a libbpf-rs error chain.
-pub fn errno_of(e: &libbpf_rs::Error) -> Option<i32> {
+pub(crate) fn errno_of(e: &libbpf_rs::Error) -> Option<i32> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {

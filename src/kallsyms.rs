@@ -6,17 +6,17 @@ use std::fs;
 
 /// One text symbol and the address range it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Symbol {
-    pub addr: u64,
+pub(crate) struct Symbol {
+    pub(crate) addr: u64,
     /// First address past the symbol (the next text symbol's address).
-    pub end: u64,
-    pub name: String,
-    pub module: Option<String>,
+    pub(crate) end: u64,
+    pub(crate) name: String,
+    pub(crate) module: Option<String>,
 }
 
 /// Text symbols sorted by address.
 #[derive(Debug, Default)]
-pub struct Kallsyms {
+pub(crate) struct Kallsyms {
     syms: Vec<Symbol>,
 }
 
@@ -27,7 +27,7 @@ const LAST_SYMBOL_SIZE: u64 = 4096;
 /// `foo.isra.0`, `foo.part.0` and `foo.cold` are all `foo`. Kernel C
 /// identifiers have no dots, so everything from the first dot on is a
 /// suffix.
-pub fn base_name(name: &str) -> &str {
+pub(crate) fn base_name(name: &str) -> &str {
     match name.find('.') {
         Some(0) | None => name,
         Some(i) => &name[..i],
@@ -35,14 +35,14 @@ pub fn base_name(name: &str) -> &str {
 }
 
 impl Kallsyms {
-    pub fn load() -> std::io::Result<Self> {
+    pub(crate) fn load() -> std::io::Result<Self> {
         Ok(Self::parse(&fs::read_to_string("/proc/kallsyms")?))
     }
 
     /// Parses kallsyms text (`ADDR TYPE NAME [MODULE]` per line), keeping
     /// text symbols. `__pfx_` padding symbols are dropped: no return
     /// address points into them.
-    pub fn parse(text: &str) -> Self {
+    pub(crate) fn parse(text: &str) -> Self {
         let mut syms: Vec<Symbol> = text
             .lines()
             .filter_map(|line| {
@@ -75,18 +75,18 @@ impl Kallsyms {
         Kallsyms { syms }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }
 
     /// True when every address reads as zero: kptr_restrict (or missing
     /// CAP_SYSLOG) hides them.
-    pub fn addresses_hidden(&self) -> bool {
+    pub(crate) fn addresses_hidden(&self) -> bool {
         self.syms.iter().all(|s| s.addr == 0)
     }
 
     /// The symbol whose range holds `addr`.
-    pub fn lookup(&self, addr: u64) -> Option<&Symbol> {
+    pub(crate) fn lookup(&self, addr: u64) -> Option<&Symbol> {
         let i = self.syms.partition_point(|s| s.addr <= addr);
         let s = self.syms.get(i.checked_sub(1)?)?;
         (addr < s.end).then_some(s)
@@ -94,23 +94,23 @@ impl Kallsyms {
 
     /// The function a return address belongs to. One is subtracted first
     /// because a call can be a function's last instruction.
-    pub fn caller_of(&self, ret: u64) -> Option<&Symbol> {
+    pub(crate) fn caller_of(&self, ret: u64) -> Option<&Symbol> {
         self.lookup(ret.checked_sub(1)?)
     }
 
     /// Symbols named exactly `name`.
-    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+    pub(crate) fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
         self.syms.iter().filter(move |s| s.name == name)
     }
 
     /// Every symbol of a function: its own name and its clones and parts
     /// (`name.*`).
-    pub fn function<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+    pub(crate) fn function<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
         self.syms.iter().filter(move |s| base_name(&s.name) == name)
     }
 
     /// Up to `n` function names close to `name`, closest first.
-    pub fn suggest(&self, name: &str, n: usize) -> Vec<String> {
+    pub(crate) fn suggest(&self, name: &str, n: usize) -> Vec<String> {
         let mut seen = HashSet::new();
         let mut scored: Vec<(usize, &str)> = self
             .syms

@@ -1,27 +1,24 @@
 //! topdown: which caller path of a kernel function dominates, and its stacks.
 //!
-//! Data flows one way: the BPF programs (`src/bpf/`) count calls per reason
-//! slot; `probe` reads the maps, `poll` turns them into per-reason totals,
-//! `rates` into interval figures, and `output` into tables or JSON.
+//! The pipeline, one module per stage: `cli` (flags) → `plan` (the flags
+//! validated into one job) → `host` (what the kernel allows) → `profile`
+//! (reasons resolved on this kernel and compiled for BPF) → `bpf` (load,
+//! attach, read the maps) → `session` (the interval loop and its
+//! decisions) → `report` (text, JSON, folded stacks). `jobs` wires the
+//! stages for each job; `main.rs` only dispatches.
 
-pub mod attach;
+mod bpf;
 pub mod cli;
-pub mod error;
-pub mod kallsyms;
-pub mod output;
+mod error;
+mod host;
+pub mod jobs;
+mod kallsyms;
 pub mod plan;
-pub mod poll;
-pub mod probe;
-pub mod profile;
-pub mod rates;
-pub mod reasons;
-pub mod session;
-pub mod stacks;
-pub mod symbolize;
-pub mod trigger;
-pub mod version;
+mod profile;
+mod reasons;
+mod report;
+mod session;
+mod symbolize;
+mod version;
 
-#[allow(clippy::all, unused_imports, dead_code, missing_docs)]
-pub mod skel {
-    include!(concat!(env!("OUT_DIR"), "/topdown.skel.rs"));
-}
+pub use error::{Error, Result};

@@ -1,21 +1,140 @@
-//! From the command line to what gets loaded: the reason profile, the
-//! reason mapping, the BPF settings and the loop's options.
+//! The flags validated once into one `Plan`: which job to run and with
+//! what. Everything that needs only the command line (and the files it
+//! names) is checked here, before the kernel is asked anything.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::Cli;
+use crate::bpf::attach::Request;
+use crate::bpf::probe::{Companion, Mode};
+use crate::cli::{Cli, CompanionKind};
 use crate::error::{Error, Result};
-use crate::kallsyms::Kallsyms;
-use crate::probe::{self, Companion, DeepCaller, DeepRule, Settings};
-use crate::profile::{self, Profile, Resolved};
-use crate::reasons::Mapper;
+use crate::profile::{self, Profile};
 use crate::session;
+
+/// What to do.
+#[derive(Debug)]
+pub struct Plan {
+    pub job: Job,
+    /// Show libbpf's own messages.
+    pub verbose: bool,
+}
+
+#[derive(Debug)]
+pub enum Job {
+    /// `--list-profiles`.
+    ListProfiles,
+    /// `--list-reasons`: the profile as resolved on this kernel.
+    ListReasons(Target),
+    /// Count calls, capture stacks, report.
+    Trace(Box<Trace>),
+}
+
+/// The traced function and how its callers are grouped into reasons.
+#[derive(Debug)]
+pub struct Target {
+    pub(crate) func: String,
+    /// None: one reason per caller function.
+    pub(crate) profile: Option<Profile>,
+    /// A profile the user wrote (a file or --rules), as opposed to a
+    /// built-in one: warnings are more detailed for it.
+    pub(crate) users_own: bool,
+    /// --vmlinux, if given.
+    pub(crate) vmlinux: Option<PathBuf>,
+}
+
+/// A tracing run.
+#[derive(Debug)]
+pub struct Trace {
+    pub(crate) target: Target,
+    pub(crate) request: Request,
+    pub(crate) companion: Option<Companion>,
+    pub(crate) max_reasons: usize,
+    pub(crate) stack_on: Option<String>,
+    pub(crate) verify_caller: bool,
+    pub(crate) user_stacks: bool,
+    pub(crate) depth: u32,
+    pub(crate) sample: u32,
+    pub(crate) max_rate: u64,
+    pub(crate) threshold: f64,
+    pub(crate) min_events: u64,
+    pub(crate) auto: bool,
+    pub(crate) session: session::Options,
+}
+
+impl Plan {
+    pub fn from_cli(cli: &Cli) -> Result<Plan> {
+        let job = if cli.list_profiles {
+            Job::ListProfiles
+        } else if cli.list_reasons {
+            Job::ListReasons(target(cli)?)
+        } else {
+            Job::Trace(Box::new(trace(cli)?))
+        };
+        Ok(Plan {
+            job,
+            verbose: cli.verbose,
+        })
+    }
+}
+
+fn target(cli: &Cli) -> Result<Target> {
+    // clap requires FUNC unless --list-profiles is given.
+    let func = cli.func.clone().unwrap_or_default();
+    Ok(Target {
+        profile: choose_profile(cli, &func)?,
+        users_own: cli.reasons.is_some() || cli.rules.is_some(),
+        vmlinux: cli.vmlinux.clone(),
+        func,
+    })
+}
+
+fn trace(cli: &Cli) -> Result<Trace> {
+    let companion = cli.companion.map(|k| match k {
+        CompanionKind::Fentry => Companion::Fentry,
+        CompanionKind::Fexit => Companion::Fexit,
+    });
+    let request = match (cli.fentry, cli.kprobe, companion) {
+        (_, true, Some(_)) => {
+            return Err(Error::msg(
+                "--companion needs fentry mode: leave out --kprobe",
+            ))
+        }
+        // A companion program exists only beside fentry: no fallback.
+        (true, _, _) | (_, _, Some(_)) => Request::Only(Mode::Fentry),
+        (_, true, _) => Request::Only(Mode::Kprobe),
+        _ => Request::Auto,
+    };
+    Ok(Trace {
+        target: target(cli)?,
+        request,
+        companion,
+        max_reasons: cli.max_reasons as usize,
+        stack_on: cli.stack_on.clone(),
+        verify_caller: cli.verify_caller,
+        user_stacks: cli.user_stacks,
+        depth: cli.depth,
+        sample: cli.sample,
+        max_rate: cli.max_rate,
+        threshold: cli.threshold,
+        min_events: cli.min_events,
+        auto: !cli.no_auto,
+        session: session::Options {
+            interval: Duration::from_secs_f64(cli.interval),
+            duration: cli.duration.map(Duration::from_secs_f64),
+            json: cli.json,
+            quiet: cli.quiet,
+            verify_caller: cli.verify_caller,
+            top: cli.top,
+            folded: cli.folded.clone(),
+            verbose: cli.verbose,
+        },
+    })
+}
 
 /// The profile the options ask for: a file, inline rules, a named
 /// built-in, none, or by default the built-in for FUNC if there is one.
-pub fn choose_profile(cli: &Cli, func: &str) -> Result<Option<Profile>> {
+fn choose_profile(cli: &Cli, func: &str) -> Result<Option<Profile>> {
     let p = if cli.no_profile {
         None
     } else if let Some(path) = &cli.reasons {
@@ -44,246 +163,70 @@ pub fn choose_profile(cli: &Cli, func: &str) -> Result<Option<Profile>> {
     Ok(p)
 }
 
-/// What to say about profile functions this kernel lacks. A user's own
-/// profile: every one. A built-in profile covers several kernel versions,
-/// so names from other versions are expected to be missing: only reasons
-/// left with no function at all, whose rows would stay empty, are named.
-pub fn missing_warning(users_own: bool, r: &Resolved) -> Option<String> {
-    let see = "(inlined or absent; see --list-reasons)";
-    if users_own {
-        return (!r.missing.is_empty()).then(|| {
-            format!(
-                "functions not in this kernel {see}: {}",
-                r.missing.join(", ")
-            )
-        });
-    }
-    let live: HashSet<&str> = r
-        .routes
-        .iter()
-        .map(|(_, reason)| reason.as_str())
-        .chain(r.deep.iter().flat_map(|d| {
-            d.rules
-                .iter()
-                .map(|rule| rule.reason.as_str())
-                .chain(d.default_reason.as_deref())
-        }))
-        .collect();
-    let dead: Vec<&str> = r
-        .reasons
-        .iter()
-        .map(String::as_str)
-        .filter(|name| !live.contains(name))
-        .collect();
-    (!dead.is_empty()).then(|| {
-        format!(
-            "reasons with no function in this kernel {see}: {}",
-            dead.join(", ")
-        )
-    })
-}
-
-/// The debug vmlinux stacks and source patterns are resolved with: the
-/// one given, or one where distributions install it for this kernel.
-pub fn debug_vmlinux(given: Option<&Path>) -> Option<PathBuf> {
-    if let Some(p) = given {
-        return Some(p.to_path_buf());
-    }
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let release = release.trim();
-    [
-        format!("/usr/lib/debug/boot/vmlinux-{release}"),
-        format!("/boot/vmlinux-{release}"),
-        format!("/usr/lib/debug/lib/modules/{release}/vmlinux"),
-    ]
-    .into_iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-}
-
-/// What to say when a user's profile has callers that only debug info can
-/// place and there is no debug vmlinux. (A built-in profile's names from
-/// other kernel versions are missing as a matter of course.)
-pub fn source_warning(users_own: bool, r: &Resolved, vmlinux: Option<&Path>) -> Option<String> {
-    if !users_own || r.source_routes.is_empty() || vmlinux.is_some() {
-        return None;
-    }
-    let names: Vec<&str> = r.source_routes.iter().map(|(p, _)| p.as_str()).collect();
-    Some(format!(
-        "{} can only be matched with a debug vmlinux (--vmlinux PATH); \
-         without one, those calls count under their caller functions",
-        names.join(", ")
-    ))
-}
-
-/// The reason mapping and the BPF deep-caller tables for a profile (or
-/// none: one reason per caller).
-pub fn mapping(
-    resolved: Option<&Resolved>,
-    max_reasons: usize,
-) -> (Mapper, Vec<DeepCaller>, Vec<DeepRule>) {
-    match resolved {
-        Some(r) => Mapper::from_profile(r, max_reasons),
-        None => (Mapper::auto(max_reasons), Vec::new(), Vec::new()),
-    }
-}
-
-/// The slot of the reason named by --stack-on: a profile reason, or in
-/// auto mode any kernel function (callers are reasons).
-pub fn stack_reason(ksyms: &Kallsyms, mapper: &mut Mapper, name: &str) -> Result<u32> {
-    if let Some(slot) = mapper.reasons.lookup(name) {
-        return Ok(slot);
-    }
-    if ksyms.function(name).next().is_some() {
-        return Ok(mapper.reasons.slot(name));
-    }
-    let known: Vec<&str> = mapper.reasons.reason_names().collect();
-    let valid = if known.is_empty() {
-        "a caller function's name".to_string()
-    } else {
-        format!("one of {} or a caller function's name", known.join(", "))
-    };
-    Err(Error::msg(format!(
-        "unknown reason '{name}' for --stack-on: give {valid}"
-    )))
-}
-
-/// What the BPF programs are given before load.
-pub fn settings(
-    cli: &Cli,
-    func: &str,
-    func_addr: u64,
-    callers: Vec<DeepCaller>,
-    rules: Vec<DeepRule>,
-) -> Settings {
-    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
-    Settings {
-        func: func.to_string(),
-        func_addr,
-        verify_caller: cli.verify_caller,
-        user_stacks: cli.user_stacks,
-        stack_frames: cli.depth,
-        sample_every: cli.sample,
-        max_per_cpu_sec: per_cpu_budget(cli.max_rate, cpus),
-        callers,
-        rules,
-        own_tgid: std::process::id(),
-        companion: match cli.companion.as_deref() {
-            Some("fentry") => Some(Companion::Fentry),
-            Some("fexit") => Some(Companion::Fexit),
-            _ => None,
-        },
-    }
-}
-
-/// How the interval loop runs and reports.
-pub fn session_options(cli: &Cli, func_addr: u64, stack_on: Option<u32>) -> session::Options {
-    session::Options {
-        interval: Duration::from_secs_f64(cli.interval),
-        duration: cli.duration.map(Duration::from_secs_f64),
-        json: cli.json,
-        quiet: cli.quiet,
-        verify_caller: cli.verify_caller,
-        func_addr,
-        entry_window: probe::ENTRY_WINDOW,
-        threshold: cli.threshold,
-        min_events: cli.min_events,
-        auto: !cli.no_auto,
-        stack_on,
-        top: cli.top,
-        folded: cli.folded.clone(),
-        vmlinux: debug_vmlinux(cli.vmlinux.as_deref()),
-        verbose: cli.verbose,
-    }
-}
-
 /// The stack-rate cap per CPU: the BPF side keeps one budget per CPU so the
 /// hot path needs no shared state. Rounded up, and at least 1.
-pub fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
+pub(crate) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
     max_rate.div_ceil(cpus.max(1) as u64).max(1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{DeepCallerSpec, RuleSpec};
+    use clap::Parser;
 
-    fn resolved() -> Resolved {
-        Resolved {
-            reasons: vec!["FAULT".into(), "KHUGEPAGED".into(), "MIGRATE".into()],
-            routes: vec![("do_fault".into(), "FAULT".into())],
-            deep: vec![DeepCallerSpec {
-                caller: "collapse".into(),
-                ranges: vec![(1, 2)],
-                default_reason: None,
-                rules: vec![RuleSpec {
-                    reason: "KHUGEPAGED".into(),
-                    ranges: vec![(3, 4)],
-                    depth: 8,
-                }],
-            }],
-            missing: vec!["map_anon_folio_pmd".into(), "migrate_folio_move".into()],
-            source_routes: vec![],
+    fn plan(args: &[&str]) -> Result<Plan> {
+        Plan::from_cli(&Cli::try_parse_from(args).unwrap())
+    }
+
+    fn trace_of(args: &[&str]) -> Trace {
+        match plan(args).unwrap().job {
+            Job::Trace(t) => *t,
+            other => panic!("not a trace: {other:?}"),
         }
     }
 
     #[test]
-    fn a_built_in_profile_warns_only_about_reasons_left_empty() {
+    fn modes_and_companions() {
+        let t = trace_of(&["topdown", "vfs_read"]);
+        assert_eq!(t.request, Request::Auto);
+        let t = trace_of(&["topdown", "vfs_read", "--kprobe"]);
+        assert_eq!(t.request, Request::Only(Mode::Kprobe));
+        let t = trace_of(&["topdown", "vfs_read", "--companion", "fexit"]);
+        assert_eq!(t.request, Request::Only(Mode::Fentry));
+        assert_eq!(t.companion, Some(Companion::Fexit));
+        let e = plan(&["topdown", "vfs_read", "--companion", "fentry", "--kprobe"]).unwrap_err();
         assert_eq!(
-            missing_warning(false, &resolved()).unwrap(),
-            "reasons with no function in this kernel (inlined or absent; see --list-reasons): MIGRATE"
-        );
-        let mut r = resolved();
-        r.reasons.pop();
-        assert_eq!(missing_warning(false, &r), None);
-    }
-
-    #[test]
-    fn a_users_profile_warns_about_every_missing_function() {
-        assert_eq!(
-            missing_warning(true, &resolved()).unwrap(),
-            "functions not in this kernel (inlined or absent; see --list-reasons): map_anon_folio_pmd, migrate_folio_move"
-        );
-    }
-
-    #[test]
-    fn stack_reasons_are_profile_reasons_or_kernel_functions() {
-        let k = Kallsyms::parse("ffffffff81000000 T vfs_read\nffffffff81001000 T end\n");
-        let (mut m, _, _) = mapping(Some(&resolved()), 64);
-        assert_eq!(stack_reason(&k, &mut m, "FAULT").unwrap(), 2);
-        let own = stack_reason(&k, &mut m, "vfs_read").unwrap();
-        assert_eq!(m.reasons.name(own), "vfs_read");
-        let e = stack_reason(&k, &mut m, "NOPE").unwrap_err().to_string();
-        assert!(
-            e.starts_with(
-                "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, MIGRATE"
-            ),
-            "{e}"
+            e.to_string(),
+            "--companion needs fentry mode: leave out --kprobe"
         );
     }
 
     #[test]
-    fn source_patterns_without_a_vmlinux_are_a_warning() {
-        let mut r = resolved();
-        assert_eq!(source_warning(true, &r, None), None);
-        r.source_routes = vec![
-            ("zap_pte_range".into(), "ZAP".into()),
-            ("file:mm/rmap.c".into(), "ZAP".into()),
-        ];
+    fn profiles_are_chosen_once() {
+        let t = trace_of(&["topdown", "deferred_split_folio"]);
         assert_eq!(
-            source_warning(true, &r, Some(Path::new("/x/vmlinux"))),
-            None
+            t.target.profile.unwrap().origin,
+            "built-in profile deferred_split_folio"
         );
-        assert_eq!(source_warning(false, &r, None), None);
-        assert_eq!(
-            source_warning(true, &r, None).unwrap(),
-            "zap_pte_range, file:mm/rmap.c can only be matched with a debug vmlinux (--vmlinux PATH); \
-             without one, those calls count under their caller functions"
-        );
-        assert_eq!(
-            debug_vmlinux(Some(Path::new("/x"))),
-            Some(PathBuf::from("/x"))
-        );
+        assert!(!t.target.users_own);
+        let t = trace_of(&["topdown", "deferred_split_folio", "--no-profile"]);
+        assert!(t.target.profile.is_none());
+        let t = trace_of(&["topdown", "vfs_read", "--rules", "A=ksys_read"]);
+        assert!(t.target.users_own);
+        let e = plan(&["topdown", "vfs_read", "--profile", "nope"]).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("no built-in profile named 'nope'; built-in profiles: "));
+        assert!(matches!(
+            plan(&["topdown", "--list-profiles"]).unwrap().job,
+            Job::ListProfiles
+        ));
+        assert!(matches!(
+            plan(&["topdown", "vfs_read", "--list-reasons"])
+                .unwrap()
+                .job,
+            Job::ListReasons(_)
+        ));
     }
 
     #[test]

@@ -3,27 +3,22 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::bpf::abi::{FIRST_REASON, NR_SLOTS};
+use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
-use crate::probe::{DeepCaller, DeepRule};
-use crate::profile::{Resolved, FILE_PREFIX};
 
-/// Slot layout shared with the BPF side (src/bpf/topdown.h).
-pub const NR_SLOTS: usize = 256;
-pub const SLOT_NOT_FOUND: u32 = 0;
-pub const SLOT_SITES_FULL: u32 = 1;
-const FIRST_REASON: u32 = 2;
 /// Named reasons at most, leaving one slot for OTHER.
-pub const MAX_REASONS: usize = NR_SLOTS - FIRST_REASON as usize - 1;
+pub(crate) const MAX_REASONS: usize = NR_SLOTS - FIRST_REASON as usize - 1;
 
-pub const NOT_FOUND_NAME: &str = "[caller not found]";
-pub const SITES_FULL_NAME: &str = "[site table full]";
-pub const OTHER_NAME: &str = "OTHER";
+pub(crate) const NOT_FOUND_NAME: &str = "[caller not found]";
+pub(crate) const SITES_FULL_NAME: &str = "[site table full]";
+pub(crate) const OTHER_NAME: &str = "OTHER";
 /// Reason for return addresses outside every kallsyms symbol.
-pub const UNKNOWN_NAME: &str = "[unknown]";
+pub(crate) const UNKNOWN_NAME: &str = "[unknown]";
 
 /// The names of the slots in use, allocated as reasons appear.
 #[derive(Debug)]
-pub struct Reasons {
+pub(crate) struct Reasons {
     names: Vec<String>,
     by_name: HashMap<String, u32>,
     max: usize,
@@ -33,7 +28,7 @@ pub struct Reasons {
 
 impl Reasons {
     /// A table that names at most `max` reasons; more go to OTHER.
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Reasons {
             names: vec![NOT_FOUND_NAME.into(), SITES_FULL_NAME.into()],
             by_name: HashMap::new(),
@@ -44,7 +39,7 @@ impl Reasons {
     }
 
     /// The slot of a reason, allocated on first use.
-    pub fn slot(&mut self, name: &str) -> u32 {
+    pub(crate) fn slot(&mut self, name: &str) -> u32 {
         if let Some(&s) = self.by_name.get(name) {
             return s;
         }
@@ -74,32 +69,27 @@ impl Reasons {
     }
 
     /// The slot of an existing reason.
-    pub fn lookup(&self, name: &str) -> Option<u32> {
+    pub(crate) fn lookup(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 
-    pub fn name(&self, slot: u32) -> &str {
+    pub(crate) fn name(&self, slot: u32) -> &str {
         self.names.get(slot as usize).map_or("?", String::as_str)
     }
 
-    /// Number of slots in use, the special ones included.
-    pub fn slots_used(&self) -> usize {
-        self.names.len()
-    }
-
     /// Names of the reasons, without the special slots.
-    pub fn reason_names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn reason_names(&self) -> impl Iterator<Item = &str> {
         self.names[FIRST_REASON as usize..]
             .iter()
             .map(String::as_str)
     }
 
     /// Callers merged into OTHER because the table was full.
-    pub fn merged(&self) -> &BTreeSet<String> {
+    pub(crate) fn merged(&self) -> &BTreeSet<String> {
         &self.merged
     }
 
-    pub fn is_special(slot: u32) -> bool {
+    pub(crate) fn is_special(slot: u32) -> bool {
         slot < FIRST_REASON
     }
 }
@@ -108,30 +98,48 @@ impl Reasons {
 /// inlined there, innermost first, then the function itself; and the
 /// source files of those locations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SourceLoc {
-    pub functions: Vec<String>,
-    pub files: Vec<String>,
+pub(crate) struct SourceLoc {
+    pub(crate) functions: Vec<String>,
+    pub(crate) files: Vec<String>,
 }
 
 /// Looks up source locations (a symbolizer with a debug vmlinux).
-pub trait SourceLookup {
+pub(crate) trait SourceLookup {
     fn source(&mut self, addr: u64) -> Option<SourceLoc>;
+}
+
+/// A call site pattern that only debug info can match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SourcePattern {
+    /// A function inlined at the call site (or the caller itself).
+    Function(String),
+    /// A source file whose path ends with this.
+    File(String),
+}
+
+impl SourcePattern {
+    fn matches(&self, loc: &SourceLoc) -> bool {
+        match self {
+            SourcePattern::File(path) => loc.files.iter().any(|f| f.ends_with(path.as_str())),
+            SourcePattern::Function(name) => loc.functions.iter().any(|f| base_name(f) == name),
+        }
+    }
 }
 
 /// Maps call sites to reason slots: through the profile's caller table
 /// where it names the caller, else one reason per caller function.
 #[derive(Debug)]
-pub struct Mapper {
-    pub reasons: Reasons,
+pub(crate) struct Mapper {
+    pub(crate) reasons: Reasons,
     by_caller: HashMap<String, u32>,
-    /// Inlined callers and `file:` patterns, matched through debug info
+    /// Inlined callers and source files, matched through debug info
     /// before the caller table: they are the more specific.
-    by_source: Vec<(String, u32)>,
+    by_source: Vec<(SourcePattern, u32)>,
 }
 
 impl Mapper {
     /// One reason per caller function.
-    pub fn auto(max_reasons: usize) -> Self {
+    pub(crate) fn auto(max_reasons: usize) -> Self {
         Mapper {
             reasons: Reasons::new(max_reasons),
             by_caller: HashMap::new(),
@@ -139,53 +147,8 @@ impl Mapper {
         }
     }
 
-    /// The mapping a resolved profile asks for: its reasons take the first
-    /// slots, plain callers are routed, and callers with rules become the
-    /// BPF side's deep-caller and rule tables.
-    pub fn from_profile(
-        p: &Resolved,
-        max_reasons: usize,
-    ) -> (Self, Vec<DeepCaller>, Vec<DeepRule>) {
-        let mut m = Mapper::auto(max_reasons.max(p.reasons.len()));
-        for r in &p.reasons {
-            m.reasons.slot(r);
-        }
-        for (caller, reason) in &p.routes {
-            m.route(caller, reason);
-        }
-        for (pattern, reason) in &p.source_routes {
-            let slot = m.reasons.slot(reason);
-            m.by_source.push((pattern.clone(), slot));
-        }
-        let (mut callers, mut rules) = (Vec::new(), Vec::new());
-        for d in &p.deep {
-            let first = rules.len() as u32;
-            for r in &d.rules {
-                let reason = m.reasons.slot(&r.reason);
-                rules.extend(r.ranges.iter().map(|&(lo, hi)| DeepRule {
-                    lo,
-                    hi,
-                    reason,
-                    depth: r.depth,
-                }));
-            }
-            let count = rules.len() as u32 - first;
-            let default = m
-                .reasons
-                .slot(d.default_reason.as_deref().unwrap_or(&d.caller));
-            callers.extend(d.ranges.iter().map(|&(lo, hi)| DeepCaller {
-                lo,
-                hi,
-                rule_first: first,
-                rule_count: count,
-                reason: default,
-            }));
-        }
-        (m, callers, rules)
-    }
-
     /// Routes calls from `caller` (a function name, clones folded) to `reason`.
-    pub fn route(&mut self, caller: &str, reason: &str) -> u32 {
+    pub(crate) fn route(&mut self, caller: &str, reason: &str) -> u32 {
         let slot = self.reasons.slot(reason);
         self.by_caller.insert(caller.to_string(), slot);
         slot
@@ -194,7 +157,7 @@ impl Mapper {
     /// Caller functions whose calls count as `slot` (without deeper
     /// rules): those routed to it or, for a reason of auto mode, the
     /// function it is named after.
-    pub fn callers_of(&self, slot: u32) -> Vec<&str> {
+    pub(crate) fn callers_of(&self, slot: u32) -> Vec<&str> {
         let mut v: Vec<&str> = self
             .by_caller
             .iter()
@@ -208,25 +171,47 @@ impl Mapper {
         v
     }
 
+    /// The slot of the reason named by --stack-on: a profile reason, or
+    /// any kernel function (callers are reasons).
+    pub(crate) fn stack_reason(&mut self, ksyms: &Kallsyms, name: &str) -> Result<u32> {
+        if let Some(slot) = self.reasons.lookup(name) {
+            return Ok(slot);
+        }
+        if ksyms.function(name).next().is_some() {
+            return Ok(self.reasons.slot(name));
+        }
+        let known: Vec<&str> = self.reasons.reason_names().collect();
+        let valid = if known.is_empty() {
+            "a caller function's name".to_string()
+        } else {
+            format!("one of {} or a caller function's name", known.join(", "))
+        };
+        Err(Error::msg(format!(
+            "unknown reason '{name}' for --stack-on: give {valid}"
+        )))
+    }
+
+    /// Routes call sites matching `pattern` (through debug info) to `reason`.
+    pub(crate) fn route_source(&mut self, pattern: SourcePattern, reason: &str) {
+        let slot = self.reasons.slot(reason);
+        self.by_source.push((pattern, slot));
+    }
+
     /// True if some routes can only be matched through debug info.
-    pub fn needs_source(&self) -> bool {
+    fn needs_source(&self) -> bool {
         !self.by_source.is_empty()
     }
 
     /// The slot of the first source pattern the location matches.
     fn source_slot(&self, loc: &SourceLoc) -> Option<u32> {
-        self.by_source.iter().find_map(|(pattern, slot)| {
-            let hit = match pattern.strip_prefix(FILE_PREFIX) {
-                Some(path) => loc.files.iter().any(|f| f.ends_with(path)),
-                None => loc.functions.iter().any(|f| base_name(f) == pattern),
-            };
-            hit.then_some(*slot)
-        })
+        self.by_source
+            .iter()
+            .find_map(|(pattern, slot)| pattern.matches(loc).then_some(*slot))
     }
 
     /// The slot for a caller's return address. `src` places it in the
     /// source (inlined callers, files) where the profile asks for that.
-    pub fn classify(
+    pub(crate) fn classify(
         &mut self,
         ksyms: &Kallsyms,
         ret: u64,
@@ -248,7 +233,7 @@ impl Mapper {
 
 /// The name of the caller function a return address lies in, clone
 /// suffixes folded.
-pub fn caller_name(ksyms: &Kallsyms, ret: u64) -> &str {
+pub(crate) fn caller_name(ksyms: &Kallsyms, ret: u64) -> &str {
     ksyms
         .caller_of(ret)
         .map_or(UNKNOWN_NAME, |s| base_name(&s.name))
@@ -257,6 +242,7 @@ pub fn caller_name(ksyms: &Kallsyms, ret: u64) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::abi::{SLOT_NOT_FOUND, SLOT_SITES_FULL};
 
     #[test]
     fn slots_are_stable_and_special_slots_reserved() {
@@ -284,7 +270,7 @@ mod tests {
         assert_eq!(r.merged().iter().collect::<Vec<_>>(), ["c", "d"]);
         // A known reason keeps its slot after the table filled.
         assert_eq!(r.slot("a"), a);
-        assert_eq!(r.slots_used(), 5);
+        assert_eq!(r.name(5), "?");
     }
 
     #[test]
@@ -319,67 +305,6 @@ mod tests {
     }
 
     #[test]
-    fn a_resolved_profile_becomes_slots_routes_and_deep_tables() {
-        use crate::profile::{DeepCallerSpec, RuleSpec};
-        let p = Resolved {
-            reasons: vec!["FAULT".into(), "KHUGEPAGED".into(), "MADV".into()],
-            routes: vec![("do_fault".into(), "FAULT".into())],
-            deep: vec![DeepCallerSpec {
-                caller: "collapse".into(),
-                ranges: vec![(0x100, 0x200), (0x900, 0x980)],
-                default_reason: None,
-                rules: vec![
-                    RuleSpec {
-                        reason: "KHUGEPAGED".into(),
-                        ranges: vec![(0x300, 0x400), (0x500, 0x600)],
-                        depth: 8,
-                    },
-                    RuleSpec {
-                        reason: "MADV".into(),
-                        ranges: vec![(0x700, 0x800)],
-                        depth: 4,
-                    },
-                ],
-            }],
-            missing: vec![],
-            source_routes: vec![("file:mm/rmap.c".into(), "FAULT".into())],
-        };
-        let (m, callers, rules) = Mapper::from_profile(&p, 64);
-        let slot = |n| m.reasons.lookup(n).unwrap();
-        assert_eq!((slot("FAULT"), slot("KHUGEPAGED"), slot("MADV")), (2, 3, 4));
-        assert_eq!(m.by_caller["do_fault"], 2);
-        assert_eq!(m.by_source, [("file:mm/rmap.c".to_string(), 2)]);
-        // No default reason: unmatched calls count under the caller's name.
-        let own = slot("collapse");
-        assert_eq!(
-            callers,
-            vec![
-                DeepCaller {
-                    lo: 0x100,
-                    hi: 0x200,
-                    rule_first: 0,
-                    rule_count: 3,
-                    reason: own
-                },
-                DeepCaller {
-                    lo: 0x900,
-                    hi: 0x980,
-                    rule_first: 0,
-                    rule_count: 3,
-                    reason: own
-                },
-            ]
-        );
-        assert_eq!(
-            rules
-                .iter()
-                .map(|r| (r.lo, r.reason, r.depth))
-                .collect::<Vec<_>>(),
-            [(0x300, 3, 8), (0x500, 3, 8), (0x700, 4, 4)]
-        );
-    }
-
-    #[test]
     fn source_patterns_match_inlined_functions_and_files_first() {
         struct Fake;
         impl SourceLookup for Fake {
@@ -392,12 +317,9 @@ mod tests {
         }
         let k = Kallsyms::parse("ffffffff81000000 t unmap_page_range\nffffffff81002000 T end\n");
         let mut m = Mapper::auto(64);
-        let zap = m.reasons.slot("ZAP");
-        let mem = m.reasons.slot("MEMORY");
-        m.by_source = vec![
-            ("zap_pte_range".into(), zap),
-            ("file:mm/memory.c".into(), mem),
-        ];
+        m.route_source(SourcePattern::Function("zap_pte_range".into()), "ZAP");
+        m.route_source(SourcePattern::File("mm/memory.c".into()), "MEMORY");
+        let (zap, mem) = (m.reasons.slot("ZAP"), m.reasons.slot("MEMORY"));
         // The inlined function, though the symbol is unmap_page_range.
         assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), zap);
         // Another address: no source location, so the caller's own name.
@@ -409,6 +331,29 @@ mod tests {
         // A file pattern, when no function pattern comes first.
         m.by_source.remove(0);
         assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), mem);
+    }
+
+    #[test]
+    fn stack_reasons_are_profile_reasons_or_kernel_functions() {
+        let k = Kallsyms::parse("ffffffff81000000 T vfs_read\nffffffff81001000 T end\n");
+        let mut m = Mapper::auto(64);
+        m.route("do_fault", "FAULT");
+        m.reasons.slot("KHUGEPAGED");
+        assert_eq!(m.stack_reason(&k, "FAULT").unwrap(), 2);
+        let own = m.stack_reason(&k, "vfs_read").unwrap();
+        assert_eq!(m.reasons.name(own), "vfs_read");
+        let e = m.stack_reason(&k, "NOPE").unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, vfs_read"
+            ),
+            "{e}"
+        );
+        let e = Mapper::auto(4)
+            .stack_reason(&k, "NOPE")
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("give a caller function's name"), "{e}");
     }
 
     #[test]

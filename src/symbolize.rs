@@ -4,13 +4,13 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{cache, Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
 use crate::reasons::{SourceLoc, SourceLookup};
 
-pub struct Symbols {
+pub(crate) struct Symbols {
     sym: Symbolizer,
     kernel: Source<'static>,
     kcache: HashMap<u64, Vec<String>>,
@@ -57,7 +57,7 @@ fn location(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
 impl Symbols {
     /// `vmlinux`: a debug kernel image for inlined frames and source lines
     /// (plan::debug_vmlinux finds one); without it, kallsyms only.
-    pub fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
+    pub(crate) fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
         let kernel = Kernel {
             vmlinux: vmlinux.map_or(MaybeDefault::None, MaybeDefault::Some),
             ..Kernel::default()
@@ -75,9 +75,10 @@ impl Symbols {
     /// Symbols of an image file (ELF with DWARF) at its link-time
     /// addresses, instead of the running kernel: for addresses taken from
     /// the image itself, such as a vmlinux's.
-    pub fn for_image(image: PathBuf) -> Self {
+    #[cfg(test)]
+    pub(crate) fn for_image(image: PathBuf) -> Self {
         let mut s = Self::new(None, false);
-        s.kernel = Source::Elf(Elf::new(image));
+        s.kernel = Source::Elf(blazesym::symbolize::source::Elf::new(image));
         s
     }
 
@@ -129,7 +130,7 @@ impl Symbols {
 
     /// Kernel return addresses to frames, caller first. Each is looked up
     /// at address - 1, inside the call instruction.
-    pub fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
+    pub(crate) fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
         let missing = uncached(addrs, |a| self.kcache.contains_key(&a));
         if !missing.is_empty() {
             let probes: Vec<u64> = missing.iter().map(|a| a.saturating_sub(1)).collect();
@@ -147,7 +148,7 @@ impl Symbols {
 
     /// Remembers a process's mappings while it is alive, so its stacks can
     /// be symbolized after it exits.
-    pub fn remember_process(&mut self, pid: u32) {
+    pub(crate) fn remember_process(&mut self, pid: u32) {
         if self.cached_pids.insert(pid) {
             // A process that is already gone has nothing left to cache.
             let r = self
@@ -160,7 +161,7 @@ impl Symbols {
     }
 
     /// User addresses of process `pid` to frames, innermost first.
-    pub fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
+    pub(crate) fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
         let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a)));
         if !missing.is_empty() {
             // map_files reaches binaries in other mount namespaces, but only

@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
-pub fn long() -> &'static str {
+pub(crate) fn long() -> &'static str {
     static LONG: OnceLock<String> = OnceLock::new();
     LONG.get_or_init(|| {
         // SAFETY: libbpf returns a pointer to a static NUL-terminated string.

@@ -21,29 +21,10 @@
 char LICENSE[] SEC("license") = "GPL";
 
 /* Set by user space before load. */
-const volatile __u64 func_addr = 0;	/* traced function's entry (kallsyms) */
-const volatile __u64 entry_window = 16;	/* FUNC+5, or +9 with IBT, lies in it */
-const volatile bool verify_caller = false;	/* also unwind and compare */
-const volatile bool user_stacks = false;
-const volatile __u32 stack_bytes = TD_MAX_FRAMES * 8;
-const volatile __u32 sample_every = 1;	/* keep 1 in N matching events */
-const volatile __u64 max_per_cpu_sec = 100; /* stack cap, per CPU and second */
-const volatile __u32 own_tgid = 0;	/* topdown itself: its calls are not counted */
-/* Self-test only: frames above the caller come from the test's context. */
-const volatile bool synthetic_stack = false;
-/* Callers whose reason depends on deeper frames, and the rules that decide. */
-const volatile __u32 nr_callers = 0;
-const volatile struct td_caller callers[TD_MAX_CALLERS] = {};
-const volatile struct td_rule rules[TD_MAX_RULES] = {};
+const volatile struct td_config cfg = {};
 
-/* Changed by user space at run time (mmap'ed .data and .bss). */
-__u32 stack_reason = TD_SLOT_NONE;
-/*
- * The caller functions of stack_reason, so that calls from call sites not
- * resolved yet (a caller's first calls) are captured too.
- */
-__u32 nr_stack_ranges = 0;
-struct td_range stack_ranges[TD_MAX_STACK_RANGES] = {};
+/* Changed by user space at run time (mmap'ed .data); see td_control. */
+struct td_control ctl = { .reason = TD_SLOT_NONE };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -103,14 +84,17 @@ struct {
 	__uint(max_entries, 1 << 22);
 } samples SEC(".maps");
 
-/* Keep these types in the skeleton's `types` module. */
+/* Keep these types (and the enums in them) in the skeleton's `types`. */
 struct td_sample _td_sample = {};
 struct td_counts _td_counts = {};
 struct td_stats _td_stats = {};
+enum td_abi _td_abi = TD_NR_SLOTS;
+enum td_stat _td_stat = TD_NR_STATS;
+enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 
 static __always_inline bool in_entry(__u64 ip)
 {
-	return ip - func_addr < entry_window;
+	return ip - cfg.func_addr < TD_ENTRY_WINDOW;
 }
 
 /*
@@ -153,18 +137,20 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s)
 	return -1;
 }
 
-static __always_inline struct td_stats *get_stats(void)
+static __always_inline void stat_inc(enum td_stat which)
 {
 	__u32 zero = 0;
+	struct td_stats *st = bpf_map_lookup_elem(&stats, &zero);
 
-	return bpf_map_lookup_elem(&stats, &zero);
+	if (st)
+		st->n[which]++;
 }
 
 /*
  * For td_selftest: the caller's return address and the frames above it are
  * the raw tracepoint arguments, so rule matching can be tested on stacks
  * made up by the test.  Production programs never take this path (the
- * verifier drops it: synthetic_stack is a constant false there).
+ * verifier drops it: cfg.synthetic_stack is a constant false there).
  */
 static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 {
@@ -178,19 +164,17 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 /* Reason of an event from a caller that needs a look at deeper frames. */
 static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 {
-	__u32 zero = 0, first = callers[c].rule_first, nr = callers[c].rule_count;
+	__u32 zero = 0, first = cfg.callers[c].rule_first;
+	__u32 nr = cfg.callers[c].rule_count;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	int ci;
 
 	if (!s)
-		return callers[c].reason;
-	ci = synthetic_stack ? synthetic_unwind(ctx, s) : unwind_caller(ctx, s);
+		return cfg.callers[c].reason;
+	ci = cfg.synthetic_stack ? synthetic_unwind(ctx, s) : unwind_caller(ctx, s);
 	if (ci < 0) {
-		struct td_stats *st = get_stats();
-
-		if (st)
-			st->deep_unwind_failed++;
-		return callers[c].reason;
+		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
+		return cfg.callers[c].reason;
 	}
 	for (__u32 r = 0; r < TD_MAX_RULES; r++) {
 		__u32 idx = first + r;
@@ -201,22 +185,22 @@ static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 			__u32 f = ci + d;
 			__u64 ip;
 
-			if (d > rules[idx].depth || f >= TD_UNWIND_FRAMES)
+			if (d > cfg.rules[idx].depth || f >= TD_UNWIND_FRAMES)
 				break;
 			ip = s->ips[f & (TD_UNWIND_FRAMES - 1)];
 			if (!ip)
 				break;
 			/* -1: a call can be a function's last instruction */
-			if (ip - 1 >= rules[idx].lo && ip - 1 < rules[idx].hi)
-				return rules[idx].reason;
+			if (ip - 1 >= cfg.rules[idx].lo && ip - 1 < cfg.rules[idx].hi)
+				return cfg.rules[idx].reason;
 		}
 	}
-	return callers[c].reason;
+	return cfg.callers[c].reason;
 }
 
 /*
  * Reason slot of a return address, or TD_SLOT_NONE if user space has not
- * resolved it yet.  Only callers listed in `callers` pay for an unwind.
+ * resolved it yet.  Only callers listed in cfg.callers pay for an unwind.
  */
 static __always_inline __u32 site_reason(void *ctx, __u64 ret)
 {
@@ -228,9 +212,9 @@ static __always_inline __u32 site_reason(void *ctx, __u64 ret)
 	if (slot)
 		return *slot;
 	for (__u32 c = 0; c < TD_MAX_CALLERS; c++) {
-		if (c >= nr_callers)
+		if (c >= cfg.nr_callers)
 			break;
-		if (ret - 1 >= callers[c].lo && ret - 1 < callers[c].hi)
+		if (ret - 1 >= cfg.callers[c].lo && ret - 1 < cfg.callers[c].hi)
 			return deep_reason(ctx, c);
 	}
 	return TD_SLOT_NONE;
@@ -240,19 +224,23 @@ static __always_inline void verify(void *ctx, __u64 cheap)
 {
 	__u32 zero = 0;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	struct td_stats *st = get_stats();
 	int ci;
 
-	if (!s || !st)
+	if (!s)
 		return;
 	ci = unwind_caller(ctx, s);
-	st->verify_checked++;
+	stat_inc(TD_STAT_VERIFY_CHECKED);
 	if (ci < 0 || ci >= TD_UNWIND_FRAMES) {
-		st->verify_unwind_failed++;
+		stat_inc(TD_STAT_VERIFY_UNWIND_FAILED);
 		return;
 	}
 	if (s->ips[ci] != cheap)
-		st->verify_mismatch++;
+		stat_inc(TD_STAT_VERIFY_MISMATCH);
+}
+
+static __always_inline bool is_own_call(void)
+{
+	return cfg.own_tgid && bpf_get_current_pid_tgid() >> 32 == cfg.own_tgid;
 }
 
 static __always_inline void count(void *ctx, __u64 ret)
@@ -264,15 +252,12 @@ static __always_inline void count(void *ctx, __u64 ret)
 
 	if (!c)
 		return;
-	if (own_tgid && bpf_get_current_pid_tgid() >> 32 == own_tgid) {
+	if (is_own_call()) {
 		/* Symbolizing reads files: don't count what we cause. */
-		struct td_stats *st = get_stats();
-
-		if (st)
-			st->own_calls++;
+		stat_inc(TD_STAT_OWN_CALLS);
 		return;
 	}
-	if (verify_caller)
+	if (cfg.verify_caller)
 		verify(ctx, ret);
 	r = site_reason(ctx, ret);
 	if (r != TD_SLOT_NONE) {
@@ -295,16 +280,25 @@ static __always_inline void count(void *ctx, __u64 ret)
 	c->n[TD_SLOT_SITES_FULL]++;
 }
 
-static __always_inline bool is_stack_reason(void *ctx, __u64 ret)
+/*
+ * Whether a call from `ret` belongs to stack reason `want`: its site's
+ * reason, or for a site not resolved yet, a caller range of that reason.
+ * Ranges carry their reason, so ranges being rewritten for another reason
+ * never make a call count for `want`.
+ */
+static __always_inline bool is_stack_reason(void *ctx, __u64 ret, __u32 want)
 {
 	__u32 r = site_reason(ctx, ret);
+	__u32 nr;
 
 	if (r != TD_SLOT_NONE)
-		return r == stack_reason;
+		return r == want;
+	nr = *(volatile __u32 *)&ctl.nr_ranges;
 	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
-		if (i >= nr_stack_ranges)
+		if (i >= nr)
 			break;
-		if (ret - 1 >= stack_ranges[i].lo && ret - 1 < stack_ranges[i].hi)
+		if (ctl.ranges[i].reason == want && ret - 1 >= ctl.ranges[i].lo &&
+		    ret - 1 < ctl.ranges[i].hi)
 			return true;
 	}
 	return false;
@@ -312,21 +306,21 @@ static __always_inline bool is_stack_reason(void *ctx, __u64 ret)
 
 static __always_inline void sample(void *ctx, __u64 ret)
 {
+	/* Read once: user space may move capture meanwhile. */
+	__u32 want = *(volatile __u32 *)&ctl.reason;
 	__u32 zero = 0;
-	struct td_stats *st = get_stats();
-	struct td_rate *rt = bpf_map_lookup_elem(&rate, &zero);
+	struct td_rate *rt;
 	struct td_sample *e;
 	__u64 now, id;
 
-	if (!st || !rt)
+	if (want == TD_SLOT_NONE || is_own_call())
 		return;
-	if (own_tgid && bpf_get_current_pid_tgid() >> 32 == own_tgid)
+	rt = bpf_map_lookup_elem(&rate, &zero);
+	if (!rt || !is_stack_reason(ctx, ret, want))
 		return;
-	if (!is_stack_reason(ctx, ret))
-		return;
-	st->stack_matched++;
-	if (sample_every > 1 && rt->seen++ % sample_every) {
-		st->stack_sampled_out++;
+	stat_inc(TD_STAT_STACK_MATCHED);
+	if (cfg.sample_every > 1 && rt->seen++ % cfg.sample_every) {
+		stat_inc(TD_STAT_STACK_SAMPLED_OUT);
 		return;
 	}
 	now = bpf_ktime_get_ns();
@@ -334,30 +328,31 @@ static __always_inline void sample(void *ctx, __u64 ret)
 		rt->window_start = now;
 		rt->in_window = 0;
 	}
-	if (rt->in_window >= max_per_cpu_sec) {
-		st->stack_rate_capped++;
+	if (rt->in_window >= cfg.max_per_cpu_sec) {
+		stat_inc(TD_STAT_STACK_RATE_CAPPED);
 		return;
 	}
 	rt->in_window++;
 	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
 	if (!e) {
-		st->stack_ringbuf_full++;
+		stat_inc(TD_STAT_STACK_RINGBUF_FULL);
 		return;
 	}
 	id = bpf_get_current_pid_tgid();
 	e->ts = now;
+	e->caller = ret;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->cpu = bpf_get_smp_processor_id();
-	e->reason = stack_reason;
+	e->reason = want;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, stack_bytes, 0);
+	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, cfg.stack_bytes, 0);
 	e->ustack_bytes = 0;
-	if (user_stacks)
-		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, stack_bytes,
+	if (cfg.user_stacks)
+		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
 						BPF_F_USER_STACK);
 	bpf_ringbuf_submit(e, 0);
-	st->stack_emitted++;
+	stat_inc(TD_STAT_STACK_EMITTED);
 }
 
 SEC("fentry")
@@ -395,15 +390,17 @@ int BPF_KPROBE(td_kprobe_stack)
 }
 
 /*
- * Runs the counting path on a return address given as the first raw
- * tracepoint argument (the other arguments: frames above the caller, with
- * synthetic_stack), so BPF_PROG_TEST_RUN can exercise the site table,
- * pending counts, slots and deeper-frame rules on kernels that refuse fentry.
+ * Runs the counting path, then the stack path, on a return address given
+ * as the first raw tracepoint argument (the other arguments: frames above
+ * the caller, with cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise
+ * the site table, pending counts, slots, deeper-frame rules and the choice
+ * of stacks on kernels that refuse fentry.
  */
 SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)
 {
 	count(ctx, ctx->args[0]);
+	sample(ctx, ctx->args[0]);
 	return 0;
 }
 

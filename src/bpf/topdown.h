@@ -1,32 +1,61 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Layout shared by the BPF programs and (through the skeleton) user space. */
+/*
+ * The layout shared by the BPF programs and user space. Constants are enum
+ * values rather than #defines so that they reach Rust through the
+ * skeleton's BTF (src/bpf/abi.rs reads them from there): one definition,
+ * nothing to keep in step by hand.
+ */
 #ifndef TOPDOWN_H
 #define TOPDOWN_H
 
-#define TD_NR_SLOTS 256		/* reason slots; a power of two */
-#define TD_SLOT_NOT_FOUND 0	/* caller's return address not found */
-#define TD_SLOT_SITES_FULL 1	/* site tables full: caller unknown */
-#define TD_FIRST_REASON 2
-#define TD_SLOT_NONE 0xffffffff	/* site not resolved yet */
+enum td_abi {
+	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
+	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
+	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
+	TD_FIRST_REASON = 2,
+	TD_MAX_SITES = 16384,
+	TD_MAX_CALLERS = 16,
+	TD_MAX_RULES = 32,
+	TD_MAX_RULE_DEPTH = 16,
+	/* fentry takes at most 12 arguments; FUNC+5 lies a few slots above them. */
+	TD_SCAN_SLOTS = 16,
+	TD_UNWIND_FRAMES = 32,		/* a power of two */
+	TD_MAX_FRAMES = 127,
+	TD_MAX_STACK_RANGES = 32,
+	TD_SELFTEST_ARGS = 12,		/* raw_tp test runs take at most 12 arguments */
+	/*
+	 * FUNC's entry frame is FUNC+5 (the call from the fentry site), FUNC+9
+	 * behind an IBT endbr64, FUNC+1 under a kprobe: all below this.
+	 */
+	TD_ENTRY_WINDOW = 16,
+};
 
-#define TD_MAX_SITES 16384
-#define TD_MAX_CALLERS 16
-#define TD_MAX_RULES 32
-#define TD_MAX_RULE_DEPTH 16
-/* fentry takes at most 12 arguments; FUNC+5 lies a few slots above them. */
-#define TD_SCAN_SLOTS 16
-#define TD_UNWIND_FRAMES 32	/* a power of two */
-#define TD_MAX_FRAMES 127
-#define TD_MAX_STACK_RANGES 32
-#define TD_SELFTEST_ARGS 12	/* raw_tp test runs take at most 12 arguments */
+/* The stack reason when capture is off; also "site not resolved yet". */
+enum td_slot_none {
+	TD_SLOT_NONE = 0xffffffffu,
+};
 
-struct td_range {
-	__u64 lo;
-	__u64 hi;
+/* Counters kept besides the reason slots: indices into td_stats.n. */
+enum td_stat {
+	TD_STAT_VERIFY_CHECKED,
+	TD_STAT_VERIFY_MISMATCH,
+	TD_STAT_VERIFY_UNWIND_FAILED,
+	TD_STAT_DEEP_UNWIND_FAILED,
+	TD_STAT_STACK_MATCHED,
+	TD_STAT_STACK_SAMPLED_OUT,
+	TD_STAT_STACK_RATE_CAPPED,
+	TD_STAT_STACK_RINGBUF_FULL,
+	TD_STAT_STACK_EMITTED,
+	TD_STAT_OWN_CALLS,
+	TD_NR_STATS,
 };
 
 struct td_counts {
 	__u64 n[TD_NR_SLOTS];
+};
+
+struct td_stats {
+	__u64 n[TD_NR_STATS];
 };
 
 /* A caller function (one address range) whose reason needs deeper frames. */
@@ -47,21 +76,46 @@ struct td_rule {
 	__u32 depth;
 };
 
-struct td_stats {
-	__u64 verify_checked;
-	__u64 verify_mismatch;
-	__u64 verify_unwind_failed;
-	__u64 deep_unwind_failed;
-	__u64 stack_matched;
-	__u64 stack_sampled_out;
-	__u64 stack_rate_capped;
-	__u64 stack_ringbuf_full;
-	__u64 stack_emitted;
-	__u64 own_calls;
+/* Everything the programs are given before load (frozen in .rodata). */
+struct td_config {
+	__u64 func_addr;	/* traced function's entry (kallsyms) */
+	__u64 max_per_cpu_sec;	/* stack cap, per CPU and second */
+	__u32 stack_bytes;	/* bytes of each stack to capture */
+	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
+	__u32 own_tgid;		/* topdown itself: its calls are not counted */
+	__u32 nr_callers;	/* entries used in callers[] */
+	/* Flags as bytes: the skeleton maps C bool to MaybeUninit<bool>. */
+	__u8 verify_caller;	/* also unwind and compare */
+	__u8 user_stacks;
+	/* Self-test only: frames above the caller come from the test's context. */
+	__u8 synthetic_stack;
+	struct td_caller callers[TD_MAX_CALLERS];
+	struct td_rule rules[TD_MAX_RULES];
+};
+
+/* A caller function of the stack reason, tagged with that reason. */
+struct td_range {
+	__u64 lo;
+	__u64 hi;
+	__u32 reason;
+	__u32 pad;
+};
+
+/*
+ * What user space changes at run time (mmap'ed .bss). To move capture,
+ * user space sets reason to TD_SLOT_NONE, publishes nr_ranges = 0, writes
+ * the ranges, publishes nr_ranges, and last sets the new reason. The BPF
+ * side reads each field once.
+ */
+struct td_control {
+	__u32 reason;		/* stack reason, or TD_SLOT_NONE */
+	__u32 nr_ranges;
+	struct td_range ranges[TD_MAX_STACK_RANGES];
 };
 
 struct td_sample {
 	__u64 ts;
+	__u64 caller;		/* the caller's return address */
 	__u32 pid;
 	__u32 tid;
 	__u32 cpu;

@@ -1,28 +1,31 @@
 //! Interval arithmetic over monotonic counters: deltas, rates and shares.
 
+use crate::reasons::Reasons;
+use crate::report::{Distribution, ReasonRow};
+
 /// One reason's figures over an interval.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
-    pub slot: u32,
-    pub count: u64,
-    pub rate: f64,
+pub(crate) struct Row {
+    pub(crate) slot: u32,
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
     /// Percent of the interval's total.
-    pub share: f64,
+    pub(crate) share: f64,
 }
 
 /// An interval's figures: rows sorted by count, largest first, zero rows
 /// left out.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Interval {
-    pub secs: f64,
-    pub total: u64,
-    pub rows: Vec<Row>,
+pub(crate) struct Interval {
+    pub(crate) secs: f64,
+    pub(crate) total: u64,
+    pub(crate) rows: Vec<Row>,
 }
 
 impl Interval {
     /// Figures between two readings of the per-slot totals. Counters are
     /// monotonic u64s, so a wrapped counter still gives the right delta.
-    pub fn between(prev: &[u64], cur: &[u64], secs: f64) -> Self {
+    pub(crate) fn between(prev: &[u64], cur: &[u64], secs: f64) -> Self {
         let deltas: Vec<u64> = cur
             .iter()
             .enumerate()
@@ -31,7 +34,7 @@ impl Interval {
         Self::from_deltas(&deltas, secs)
     }
 
-    pub fn from_deltas(deltas: &[u64], secs: f64) -> Self {
+    pub(crate) fn from_deltas(deltas: &[u64], secs: f64) -> Self {
         let total = deltas.iter().fold(0u64, |a, &d| a.wrapping_add(d));
         let mut rows: Vec<Row> = deltas
             .iter()
@@ -48,15 +51,28 @@ impl Interval {
         Interval { secs, total, rows }
     }
 
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         per_sec(self.total, self.secs)
     }
 
-    pub fn count(&self, slot: u32) -> u64 {
-        self.rows
-            .iter()
-            .find(|r| r.slot == slot)
-            .map_or(0, |r| r.count)
+    /// The figures with the slots' reason names, for a report.
+    pub(crate) fn named(&self, reasons: &Reasons) -> Distribution {
+        Distribution {
+            secs: self.secs,
+            total: self.total,
+            rate: self.rate(),
+            rows: self
+                .rows
+                .iter()
+                .map(|r| ReasonRow {
+                    reason: reasons.name(r.slot).to_string(),
+                    count: r.count,
+                    rate: r.rate,
+                    share: r.share,
+                    special: Reasons::is_special(r.slot),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -94,7 +110,21 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(iv.count(3), 0);
+    }
+
+    #[test]
+    fn named_rows_carry_reason_names_and_special_slots() {
+        let mut r = Reasons::new(8);
+        let a = r.slot("a") as usize;
+        let mut d = vec![0u64; 4];
+        d[0] = 1;
+        d[a] = 3;
+        let n = Interval::from_deltas(&d, 1.0).named(&r);
+        assert_eq!((n.total, n.rate), (4, 4.0));
+        assert_eq!(n.rows[0].reason, "a");
+        assert!(!n.rows[0].special);
+        assert_eq!(n.rows[1].reason, "[caller not found]");
+        assert!(n.rows[1].special);
     }
 
     #[test]

@@ -1,18 +1,18 @@
 //! When stack capture switches on by itself, and for which reason.
 
-use crate::rates::Interval;
 use crate::reasons::Reasons;
+use crate::session::rates::Interval;
 
 /// A change of the reason whose stacks are captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Switch {
+pub(crate) enum Switch {
     Start(u32),
     Move { from: u32, to: u32 },
 }
 
 /// Watches each interval for a reason at or above the threshold.
 #[derive(Debug, Clone)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     threshold: f64,
     min_events: u64,
     auto: bool,
@@ -22,7 +22,7 @@ pub struct Trigger {
 impl Trigger {
     /// `pinned` is a reason chosen with --stack-on: captured from the start
     /// and never moved away from.
-    pub fn new(threshold: f64, min_events: u64, auto: bool, pinned: Option<u32>) -> Self {
+    pub(crate) fn new(threshold: f64, min_events: u64, auto: bool, pinned: Option<u32>) -> Self {
         Trigger {
             threshold,
             min_events,
@@ -31,14 +31,18 @@ impl Trigger {
         }
     }
 
-    pub fn target(&self) -> Option<u32> {
+    pub(crate) fn threshold(&self) -> f64 {
+        self.threshold
+    }
+
+    pub(crate) fn target(&self) -> Option<u32> {
         self.target
     }
 
     /// The switch an interval calls for, if any: its hottest reason has at
     /// least `threshold` percent of the calls and at least `min_events`
     /// calls, and is not the one captured already.
-    pub fn observe(&mut self, iv: &Interval) -> Option<Switch> {
+    pub(crate) fn observe(&mut self, iv: &Interval) -> Option<Switch> {
         if !self.auto {
             return None;
         }
@@ -62,7 +66,7 @@ impl Trigger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reasons::SLOT_NOT_FOUND;
+    use crate::bpf::abi::SLOT_NOT_FOUND;
 
     fn iv(counts: &[(u32, u64)]) -> Interval {
         let mut d = vec![0u64; 8];

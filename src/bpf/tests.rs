@@ -1,0 +1,241 @@
+//! The counting and stack paths' BPF code, run for real on the host kernel
+//! through BPF_PROG_TEST_RUN on a raw_tp wrapper (this host refuses
+//! fentry; the guest tests cover attaching). Needs root, as CI has.
+
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use libbpf_rs::RingBufferBuilder;
+
+use crate::bpf::abi::{Config, DeepCaller, DeepRule, Stat, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::probe::selftest::{self, move_capture};
+use crate::bpf::probe::Probe;
+use crate::bpf::skel::types::td_sample;
+
+const FUNC: u64 = 0xffffffff82000000;
+
+fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        ..Config::default()
+    };
+    f(&mut selftest::load(&mut storage, &config));
+}
+
+#[test]
+fn new_sites_are_pending_then_counted_in_their_slot() {
+    with_probe(|p| {
+        let a = 0xffffffff81000123;
+        p.test_count(a, 3);
+        assert_eq!(p.pending().unwrap(), vec![(a, 3)]);
+        assert!(p.counts().unwrap().iter().all(|&n| n == 0));
+
+        p.add_site(a, 7).unwrap();
+        p.test_count(a, 5);
+        assert_eq!(p.counts().unwrap()[7], 5);
+        // The pending count is frozen once the site is known.
+        assert_eq!(p.pending().unwrap(), vec![(a, 3)]);
+    });
+}
+
+#[test]
+fn a_missing_return_address_counts_as_not_found() {
+    with_probe(|p| {
+        p.test_count(0, 4);
+        let c = p.counts().unwrap();
+        assert_eq!(c[SLOT_NOT_FOUND as usize], 4);
+        assert_eq!(c.iter().sum::<u64>(), 4);
+        assert!(p.pending().unwrap().is_empty());
+    });
+}
+
+#[test]
+fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
+    // No frame above the caller lies in the rule's range, so the caller's
+    // default reason must be used, never a pending or lost count.
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        callers: vec![DeepCaller {
+            lo: 0xffffffff81000000,
+            hi: 0xffffffff81001000,
+            rule_first: 0,
+            rule_count: 1,
+            reason: 9,
+        }],
+        rules: vec![DeepRule {
+            lo: 0xffffffff81002000,
+            hi: 0xffffffff81003000,
+            reason: 10,
+            depth: 4,
+        }],
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    p.test_count(0xffffffff81000010, 6);
+    let c = p.counts().unwrap();
+    assert_eq!(c[9], 6);
+    assert_eq!(c[10], 0);
+    assert!(p.pending().unwrap().is_empty());
+    assert_eq!(p.stats().unwrap().get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 0);
+}
+
+/// Deeper-frame rules on made-up stacks: caller range [0x1000, 0x2000),
+/// rule 1: a frame in [0x5000, 0x6000) within 2 frames means slot 10;
+/// rule 2: a frame in [0x7000, 0x8000) within 4 frames means slot 11;
+/// otherwise slot 9.
+#[test]
+fn deep_rules_match_frames_within_their_depth_first_rule_first() {
+    const B: u64 = 0xffffffff80000000;
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        callers: vec![DeepCaller {
+            lo: B + 0x1000,
+            hi: B + 0x2000,
+            rule_first: 0,
+            rule_count: 2,
+            reason: 9,
+        }],
+        rules: vec![
+            DeepRule {
+                lo: B + 0x5000,
+                hi: B + 0x6000,
+                reason: 10,
+                depth: 2,
+            },
+            DeepRule {
+                lo: B + 0x7000,
+                hi: B + 0x8000,
+                reason: 11,
+                depth: 4,
+            },
+        ],
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    let caller = B + 0x1010;
+    let other = B + 0x3000;
+    // (frames above the caller, expected slot)
+    let cases: [(&[u64], usize); 8] = [
+        (&[B + 0x5010], 10),                      // rule 1 at depth 1
+        (&[other, B + 0x5010], 10),               // rule 1 at depth 2
+        (&[other, other, B + 0x5010], 9),         // rule 1 too deep
+        (&[other, other, other, B + 0x7010], 11), // rule 2 at depth 4
+        (&[B + 0x7010, B + 0x5010], 10),          // both: the first rule wins
+        (&[B + 0x6000], 10),                      // return address at hi: inside (-1)
+        (&[B + 0x5000], 9),                       // return address at lo: outside
+        (&[0, B + 0x5010], 9),                    // the stack ends at a zero frame
+    ];
+    let mut want = [0u64; 12];
+    for (i, (above, slot)) in cases.iter().enumerate() {
+        let mut frames = vec![caller];
+        frames.extend_from_slice(above);
+        p.test_count_stack(&frames, (i + 1) as u32);
+        want[*slot] += (i + 1) as u64;
+    }
+    let c = p.counts().unwrap();
+    assert_eq!(&c[9..12], &want[9..12], "slots 9, 10, 11");
+    assert_eq!(c.iter().sum::<u64>(), (1..=8).sum::<u64>());
+    assert!(p.pending().unwrap().is_empty());
+    assert_eq!(p.stats().unwrap().get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 0);
+}
+
+/// Capture moves between two reasons while another thread runs the stack
+/// path on calls of both: every sample names a reason that was captured,
+/// and the right one (a resolved site by its slot, a pending site by the
+/// tagged caller range).
+#[test]
+fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
+    const A: u32 = 2;
+    const B: u32 = 3;
+    let site_a = 0xffffffff81000010; // resolved: slot A
+    let site_b = 0xffffffff81001010; // pending, inside B's caller range
+    let b_range = (0xffffffff81001000, 0xffffffff81002000);
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        sample_every: 1,
+        max_per_cpu_sec: u64::MAX,
+        stack_frames: 1,
+        ..Config::default()
+    };
+    let mut p = selftest::load(&mut storage, &config);
+    p.add_site(site_a, A).unwrap();
+    let ctl = p.control_ptr() as usize;
+    let fd = p.selftest_fd().as_raw_fd();
+    let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.samples_map().unwrap();
+    let mut rb = RingBufferBuilder::new();
+    rb.add(&map, |data: &[u8]| {
+        let mut s = td_sample::default();
+        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        samples.borrow_mut().push((s.caller, s.reason));
+        0
+    })
+    .unwrap();
+    let rb = rb.build().unwrap();
+    let done = AtomicBool::new(false);
+    let runs = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                for site in [site_a, site_b] {
+                    let mut ctx = selftest::context(&[site]);
+                    let mut opts = libbpf_sys::bpf_test_run_opts {
+                        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+                        ctx_in: ctx.as_mut_ptr().cast(),
+                        ctx_size_in: ctx.len() as u32,
+                        ..Default::default()
+                    };
+                    // SAFETY: opts points to a live context buffer.
+                    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+                    assert_eq!(rc, 0, "test run");
+                    runs.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        // Move as fast as possible until the runner has made enough calls.
+        let start = Instant::now();
+        let mut i = 0u64;
+        while runs.load(Ordering::Relaxed) < 40_000 && start.elapsed() < Duration::from_secs(20) {
+            i += 1;
+            let ctl = ctl as *mut _;
+            // SAFETY: the object outlives the scope.
+            unsafe {
+                match i % 3 {
+                    0 => move_capture(ctl, A, &[]),
+                    1 => move_capture(ctl, B, &[b_range]),
+                    _ => move_capture(ctl, SLOT_NONE, &[]),
+                }
+            }
+            if i.is_multiple_of(50) {
+                rb.consume().unwrap();
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let runs = runs.into_inner();
+    rb.consume().unwrap();
+    drop(rb);
+    let samples = samples.into_inner();
+    let stats = p.stats().unwrap();
+    eprintln!(
+        "{runs} runs, {} samples, ring buffer full {}",
+        samples.len(),
+        stats.get(Stat::TD_STAT_STACK_RINGBUF_FULL)
+    );
+    assert!(
+        samples.len() > 100,
+        "too few samples to tell: {}",
+        samples.len()
+    );
+    for (caller, reason) in &samples {
+        let want = if *caller == site_a { A } else { B };
+        assert_eq!(*reason, want, "sample of {caller:#x}");
+    }
+    assert!(samples.iter().any(|s| s.1 == A) && samples.iter().any(|s| s.1 == B));
+}

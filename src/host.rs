@@ -1,0 +1,168 @@
+//! What the running kernel and this process allow, checked before anything
+//! is loaded: privileges, kernel symbol addresses, the traced function,
+//! BTF and kprobe support, a debug vmlinux.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::kallsyms::Kallsyms;
+
+pub(crate) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+const PMU_DIR: &str = "/sys/bus/event_source/devices";
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Fails unless we may load tracing programs.
+pub(crate) fn check_privileges() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if has_bpf_caps(&status) {
+        return Ok(());
+    }
+    Err(Error::msg(
+        "not enough privileges: run as root, or grant CAP_BPF and CAP_PERFMON \
+         (plus CAP_SYSLOG to read kernel addresses)",
+    ))
+}
+
+/// CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in a /proc/PID/status text.
+fn has_bpf_caps(status: &str) -> bool {
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+}
+
+/// Loads kallsyms and checks that its addresses are readable.
+pub(crate) fn load_kallsyms() -> Result<Kallsyms> {
+    let k = Kallsyms::load().map_err(|e| Error::msg(format!("cannot read /proc/kallsyms: {e}")))?;
+    if k.is_empty() || k.addresses_hidden() {
+        let restrict = fs::read_to_string("/proc/sys/kernel/kptr_restrict")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let fix = if restrict.parse::<u32>().is_ok_and(|r| r >= 2) {
+            "set kernel.kptr_restrict to 0 or 1"
+        } else {
+            "run as root, or grant CAP_SYSLOG"
+        };
+        return Err(Error::msg(format!(
+            "kernel symbol addresses are hidden (kernel.kptr_restrict={restrict}): {fix}"
+        )));
+    }
+    Ok(k)
+}
+
+/// The entry address of `func`, or an error suggesting close names.
+pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
+    let mut same = ksyms.named(func);
+    if let Some(s) = same.next() {
+        let others = same.count();
+        if others > 0 {
+            // Static functions of one name in several files: the kernel
+            // attaches to one of them; if not this one, its calls show up
+            // as "caller not found" rather than under wrong reasons.
+            eprintln!(
+                "topdown: warning: {} kernel functions are named {func}; assuming the one at {:#x}",
+                others + 1,
+                s.addr
+            );
+        }
+        return Ok(s.addr);
+    }
+    let close = ksyms.suggest(func, 5);
+    let hint = if close.is_empty() {
+        "check the spelling, or load the module that has it".to_string()
+    } else {
+        format!("did you mean: {}?", close.join(", "))
+    };
+    Err(Error::msg(format!(
+        "no kernel function named '{func}' (not in /proc/kallsyms: misspelled, inlined everywhere, or not built); {hint}"
+    )))
+}
+
+/// Kernel features the attach methods need. A missing one is reported as
+/// the reason its method cannot be used, without trying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Kernel BTF, which fentry needs.
+    pub(crate) btf: bool,
+    /// kprobe events (CONFIG_KPROBES and CONFIG_KPROBE_EVENTS).
+    pub(crate) kprobes: bool,
+}
+
+impl Features {
+    pub(crate) fn probe() -> Self {
+        // Without sysfs we cannot tell: let the attach attempt say.
+        let pmus = Path::new(PMU_DIR);
+        Features {
+            btf: Path::new(BTF_PATH).exists(),
+            kprobes: !pmus.exists() || pmus.join("kprobe").exists(),
+        }
+    }
+}
+
+/// The debug vmlinux stacks and source patterns are resolved with: the
+/// one given, or one where distributions install it for this kernel.
+pub(crate) fn debug_vmlinux(given: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = given {
+        return Some(p.to_path_buf());
+    }
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim();
+    [
+        format!("/usr/lib/debug/boot/vmlinux-{release}"),
+        format!("/boot/vmlinux-{release}"),
+        format!("/usr/lib/debug/lib/modules/{release}/vmlinux"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_read_from_the_status_text() {
+        let status = |caps: u64| format!("Name:\ttopdown\nCapEff:\t{caps:016x}\n");
+        assert!(has_bpf_caps(&status(1 << CAP_SYS_ADMIN)));
+        assert!(has_bpf_caps(&status((1 << CAP_BPF) | (1 << CAP_PERFMON))));
+        assert!(!has_bpf_caps(&status(1 << CAP_BPF)));
+        assert!(!has_bpf_caps(&status(0)));
+        assert!(!has_bpf_caps("Name:\tx\n"));
+    }
+
+    #[test]
+    fn a_missing_function_gets_close_names() {
+        let k = Kallsyms::parse("ffffffff81000000 T vfs_read\nffffffff81001000 T vfs_write\n");
+        assert_eq!(
+            resolve_function(&k, "vfs_read").unwrap(),
+            0xffffffff81000000
+        );
+        let e = resolve_function(&k, "vfs_rea").unwrap_err().to_string();
+        assert!(e.contains("did you mean: vfs_read"), "{e}");
+        let e = resolve_function(&k, "zzzzzzzzzz").unwrap_err().to_string();
+        assert!(
+            e.ends_with("check the spelling, or load the module that has it"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_given_vmlinux_is_taken_as_is() {
+        assert_eq!(
+            debug_vmlinux(Some(Path::new("/x"))),
+            Some(PathBuf::from("/x"))
+        );
+    }
+}

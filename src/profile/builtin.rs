@@ -1,0 +1,198 @@
+//! The built-in profiles: `profiles/NAME.toml`, embedded in the binary.
+
+use crate::kallsyms::base_name;
+use crate::profile::Profile;
+
+/// `(NAME, text of profiles/NAME.toml)` for each listed name.
+macro_rules! builtin_files {
+    ($($name:literal),* $(,)?) => {
+        &[$((
+            $name,
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/", $name, ".toml")),
+        )),*]
+    };
+}
+
+/// The built-in profiles. To add one, put `NAME.toml` into `profiles/` and
+/// its NAME here; a test fails if a file in `profiles/` is not listed.
+const BUILTIN: &[(&str, &str)] = builtin_files!["deferred_split_folio", "deferred_split_huge_page"];
+
+/// Parses an embedded profile; the tests check that all of them parse.
+fn parse_builtin(name: &str, text: &str) -> Profile {
+    let mut p = Profile::parse(text, &format!("profiles/{name}.toml"))
+        .unwrap_or_else(|e| panic!("built-in profile {name} is broken: {e}"));
+    p.origin = format!("built-in profile {name}");
+    p
+}
+
+/// The built-in profile called `name`.
+pub(crate) fn builtin(name: &str) -> Option<Profile> {
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, text)| parse_builtin(n, text))
+}
+
+/// The built-in profile for tracing `func` (clone suffixes folded).
+pub(crate) fn builtin_for(func: &str) -> Option<Profile> {
+    let func = base_name(func);
+    BUILTIN
+        .iter()
+        .map(|(n, text)| parse_builtin(n, text))
+        .find(|p| p.function.as_deref() == Some(func))
+}
+
+/// `(name, traced function, description)` of every built-in profile.
+pub(crate) fn builtins() -> Vec<(&'static str, String, String)> {
+    BUILTIN
+        .iter()
+        .map(|(n, text)| {
+            let p = parse_builtin(n, text);
+            (*n, p.function.unwrap_or_default(), p.description)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kallsyms::Kallsyms;
+    use crate::profile::resolve::{all_functions, resolve};
+    use std::path::Path;
+
+    #[test]
+    fn every_builtin_profile_is_valid_and_listed() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter_map(|n| n.strip_suffix(".toml").map(String::from))
+            .collect();
+        files.sort();
+        let mut listed: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+        listed.sort();
+        assert_eq!(files, listed, "profiles/*.toml and BUILTIN differ");
+
+        for (name, text) in BUILTIN {
+            let p = Profile::parse(text, name).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!p.description.is_empty(), "{name}");
+            for r in &p.reasons {
+                assert!(!r.description.is_empty(), "{name}: {}", r.name);
+            }
+            let f = p.function.clone().unwrap();
+            assert_eq!(
+                builtin(name).unwrap().origin,
+                format!("built-in profile {name}")
+            );
+            assert_eq!(builtin_for(&f).unwrap().function, Some(f.clone()));
+
+            // Even with every name present (a kernel has only some of them)
+            // the rules fit the BPF tables.
+            // Each with a .cold part, and kept apart so that no ranges merge.
+            let text: String = all_functions(&p)
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let a = 0xffffffff81000000 + i as u64 * 0x1000;
+                    let c = 0xffffffff82000000 + i as u64 * 0x1000;
+                    format!("{a:016x} t {f}\n{:016x} t gap{i}\n", a + 0x800)
+                        + &format!("{c:016x} t {f}.cold\n{:016x} t gap_cold{i}\n", c + 0x800)
+                })
+                .collect();
+            let k = Kallsyms::parse(&text);
+            let r = resolve(&p, &k).unwrap_or_else(|e| panic!("{e}"));
+            assert!(r.missing.is_empty());
+        }
+        assert!(builtin("nonexistent").is_none());
+        assert!(builtin_for("vfs_read").is_none());
+        assert!(builtin_for("deferred_split_folio.isra.0").is_some());
+        let list = builtins();
+        assert_eq!(list.len(), BUILTIN.len());
+        assert!(list
+            .iter()
+            .any(|(n, f, _)| *n == "deferred_split_folio" && f == "deferred_split_folio"));
+    }
+
+    #[test]
+    fn the_thp_profile_sorts_callers_as_verified() {
+        let p = builtin("deferred_split_folio").unwrap();
+        let names: Vec<_> = p.reasons.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "FAULT_ALLOC",
+                "KHUGEPAGED",
+                "MADV_COLLAPSE",
+                "ZAP",
+                "PARTIALLY_MAPPED",
+                "MIGRATE"
+            ]
+        );
+        // A 6.12-like kernel: zap_*_range inlined into unmap_page_range,
+        // migrate_folio_move into migrate_pages_batch, no map_anon_folio_pmd*.
+        let k = Kallsyms::parse(
+            "\
+ffffffff81000000 T do_huge_pmd_anonymous_page
+ffffffff81001000 t collapse_huge_page
+ffffffff81002000 t hpage_collapse_scan_pmd
+ffffffff81003000 t khugepaged_scan_mm_slot
+ffffffff81004000 t khugepaged_do_scan
+ffffffff81005000 t khugepaged
+ffffffff81006000 T madvise_collapse
+ffffffff81007000 T folio_remove_rmap_ptes
+ffffffff81008000 T folio_remove_rmap_pmd
+ffffffff81009000 T unmap_page_range
+ffffffff8100a000 t migrate_pages_batch
+ffffffff8100b000 T deferred_split_folio
+ffffffff8100c000 T _etext
+",
+        );
+        let r = resolve(&p, &k).unwrap();
+        let routes: Vec<(&str, &str)> = r
+            .routes
+            .iter()
+            .map(|(c, n)| (c.as_str(), n.as_str()))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                ("do_huge_pmd_anonymous_page", "FAULT_ALLOC"),
+                ("migrate_pages_batch", "MIGRATE")
+            ]
+        );
+        let deep: Vec<(&str, Option<&str>, Vec<&str>)> = r
+            .deep
+            .iter()
+            .map(|d| {
+                (
+                    d.caller.as_str(),
+                    d.default_reason.as_deref(),
+                    d.rules.iter().map(|x| x.reason.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            deep,
+            [
+                (
+                    "collapse_huge_page",
+                    None,
+                    vec!["KHUGEPAGED", "MADV_COLLAPSE"]
+                ),
+                (
+                    "folio_remove_rmap_ptes",
+                    Some("PARTIALLY_MAPPED"),
+                    vec!["ZAP"]
+                ),
+                (
+                    "folio_remove_rmap_pmd",
+                    Some("PARTIALLY_MAPPED"),
+                    vec!["ZAP"]
+                ),
+            ]
+        );
+        // KHUGEPAGED: khugepaged_scan_mm_slot and khugepaged (apart, as
+        // khugepaged_do_scan lies between); then one range each.
+        assert_eq!(r.deep_rule_ranges(), 2 + 1 + 1 + 1);
+    }
+}

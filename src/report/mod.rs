@@ -1,0 +1,187 @@
+//! What topdown reports, as plain data with reason names resolved, and its
+//! renderings: aligned text tables (`text`), NDJSON (`json`) and folded
+//! stacks for flame graph tools (`folded`).
+
+pub(crate) mod folded;
+pub(crate) mod json;
+pub(crate) mod text;
+
+/// One reason's figures over an interval or the whole run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ReasonRow {
+    pub(crate) reason: String,
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
+    /// Percent of the calls in the same span.
+    pub(crate) share: f64,
+    /// A slot of calls without a reason (caller not found, tables full):
+    /// never the hot reason.
+    pub(crate) special: bool,
+}
+
+/// Calls over a span, per reason, largest first.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Distribution {
+    pub(crate) secs: f64,
+    pub(crate) total: u64,
+    pub(crate) rate: f64,
+    pub(crate) rows: Vec<ReasonRow>,
+}
+
+/// A symbolized stack: kernel frames caller first, then user frames
+/// innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Stack {
+    pub(crate) kernel: Vec<String>,
+    pub(crate) user: Vec<String>,
+}
+
+impl Stack {
+    /// Frames for display, with `--` before the user part.
+    pub(crate) fn display(&self) -> Vec<String> {
+        let mut f = self.kernel.clone();
+        if !self.user.is_empty() {
+            f.push("--".into());
+            f.extend(self.user.iter().cloned());
+        }
+        f
+    }
+}
+
+/// A distinct stack and how often it was captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StackCount {
+    pub(crate) stack: Stack,
+    pub(crate) count: u64,
+}
+
+/// The stacks captured of one reason, most frequent first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReasonStacks {
+    pub(crate) reason: String,
+    /// Stacks captured in all (the sum of the counts).
+    pub(crate) captured: u64,
+    pub(crate) stacks: Vec<StackCount>,
+}
+
+impl ReasonStacks {
+    pub(crate) fn top(&self, n: usize) -> &[StackCount] {
+        &self.stacks[..n.min(self.stacks.len())]
+    }
+}
+
+/// One print interval.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct IntervalReport {
+    /// Seconds since the Unix epoch, and local time as HH:MM:SS.
+    pub(crate) unix_time: f64,
+    pub(crate) clock: String,
+    pub(crate) calls: Distribution,
+    /// The reason whose stacks are being captured, and the interval's
+    /// stacks of it.
+    pub(crate) stacks: Option<ReasonStacks>,
+}
+
+/// Drops and misses: calls not counted under their true reason, or stacks
+/// not captured. Always reported, zeros included, so "none" is visible.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// Calls whose caller's return address was not found.
+    pub(crate) caller_not_found: u64,
+    /// Calls counted without a reason because the site tables were full.
+    pub(crate) sites_full: u64,
+    /// Calls the kernel did not run the program for (recursion).
+    pub(crate) recursion_misses: u64,
+    /// Calls of a deeper-frame reason whose unwind failed (counted under
+    /// the caller's default reason).
+    pub(crate) deep_unwind_failed: u64,
+    pub(crate) stacks_sampled_out: u64,
+    pub(crate) stacks_rate_capped: u64,
+    pub(crate) stacks_ringbuf_full: u64,
+    /// Calls made by topdown itself (symbolizing reads files), not counted.
+    pub(crate) own_calls: u64,
+}
+
+impl Drops {
+    /// Every field with its name, in report order.
+    pub(crate) fn fields(&self) -> [(&'static str, u64); 8] {
+        [
+            ("caller_not_found", self.caller_not_found),
+            ("sites_full", self.sites_full),
+            ("recursion_misses", self.recursion_misses),
+            ("deep_unwind_failed", self.deep_unwind_failed),
+            ("stacks_sampled_out", self.stacks_sampled_out),
+            ("stacks_rate_capped", self.stacks_rate_capped),
+            ("stacks_ringbuf_full", self.stacks_ringbuf_full),
+            ("own_calls", self.own_calls),
+        ]
+    }
+}
+
+/// The cheap caller lookup checked against a full unwind (--verify-caller).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Verify {
+    pub(crate) checked: u64,
+    pub(crate) mismatches: u64,
+    pub(crate) unwind_failed: u64,
+}
+
+/// A BPF program's cost from the kernel's run statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Cost {
+    pub(crate) run_cnt: u64,
+    pub(crate) run_time_ns: u64,
+    pub(crate) recursion_misses: u64,
+}
+
+/// How far the run got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Counting,
+    StackCapture,
+}
+
+impl Phase {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Phase::Counting => "counting",
+            Phase::StackCapture => "stack capture",
+        }
+    }
+}
+
+/// Everything the final report says.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Summary {
+    pub(crate) func: String,
+    pub(crate) mode: &'static str,
+    pub(crate) phase: Phase,
+    pub(crate) calls: Distribution,
+    /// Callers merged into OTHER past --max-reasons.
+    pub(crate) other_merges: Vec<String>,
+    pub(crate) drops: Drops,
+    /// Stacks of every reason captured, in the order capture reached them;
+    /// the last is the one captured at the end.
+    pub(crate) stacks: Vec<ReasonStacks>,
+    /// Calls of the captured reasons seen by the stack program, and
+    /// samples it sent, over the run.
+    pub(crate) stacks_matched: u64,
+    pub(crate) stacks_sent: u64,
+    pub(crate) verify: Option<Verify>,
+    /// The counting program's run statistics.
+    pub(crate) cost: Cost,
+    /// An empty companion program's, named by its kind.
+    pub(crate) companion: Option<(&'static str, Cost)>,
+}
+
+impl Summary {
+    /// The reason with the most calls, special slots aside.
+    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+        self.calls.rows.iter().find(|r| !r.special)
+    }
+}
+
+/// `N call(s)`.
+pub(crate) fn calls(n: u64) -> String {
+    format!("{n} call{}", if n == 1 { "" } else { "s" })
+}

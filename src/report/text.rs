@@ -1,0 +1,291 @@
+//! Reports as aligned text tables.
+
+use std::fmt::Write as _;
+
+use crate::report::{calls, Cost, Distribution, IntervalReport, ReasonStacks, Summary};
+
+fn table(out: &mut String, d: &Distribution, count_title: &str) {
+    let w = d
+        .rows
+        .iter()
+        .map(|r| r.reason.len())
+        .max()
+        .unwrap_or(0)
+        .max("REASON".len());
+    let _ = writeln!(
+        out,
+        "  {:<w$} {:>12} {:>12} {:>7}",
+        "REASON", count_title, "RATE/s", "SHARE"
+    );
+    for r in &d.rows {
+        let _ = writeln!(
+            out,
+            "  {:<w$} {:>12} {:>12.1} {:>6.1}%",
+            r.reason, r.count, r.rate, r.share
+        );
+    }
+}
+
+/// The per-interval table, then the interval's top stacks if any were
+/// captured.
+pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
+    let d = &iv.calls;
+    let mut s = format!(
+        "{}  {} in {:.2}s, {:.1}/s\n",
+        iv.clock,
+        calls(d.total),
+        d.secs,
+        d.rate
+    );
+    if !d.rows.is_empty() {
+        table(&mut s, d, "COUNT");
+    }
+    if let Some(st) = iv.stacks.as_ref().filter(|st| st.captured > 0) {
+        s.push_str(&stacks(st, top));
+    }
+    s
+}
+
+/// A reason's top stacks as an indented list, caller first, each with its
+/// count and share of the stacks captured.
+pub(crate) fn stacks(st: &ReasonStacks, top: usize) -> String {
+    let mut s = format!(
+        "  top stacks of {} ({} captured):\n",
+        st.reason, st.captured
+    );
+    for sc in st.top(top) {
+        let share = 100.0 * sc.count as f64 / st.captured.max(1) as f64;
+        let _ = writeln!(s, "    {} ({share:.1}%)", sc.count);
+        for f in sc.stack.display() {
+            let _ = writeln!(s, "      {f}");
+        }
+    }
+    s
+}
+
+/// The final report.
+pub(crate) fn summary(sum: &Summary, top: usize) -> String {
+    let d = &sum.calls;
+    let mut s = format!(
+        "Summary: {} of {} in {:.1}s ({:.1}/s), mode {}, phase reached: {}\n",
+        calls(d.total),
+        sum.func,
+        d.secs,
+        d.rate,
+        sum.mode,
+        sum.phase.name()
+    );
+    table(&mut s, d, "TOTAL");
+    if !sum.other_merges.is_empty() {
+        let _ = writeln!(
+            s,
+            "  OTHER merges {} callers past --max-reasons",
+            sum.other_merges.len()
+        );
+    }
+    if let Some(hot) = sum.hot() {
+        let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
+    }
+    for st in &sum.stacks {
+        s.push_str(&stacks(st, top));
+    }
+    let drops: Vec<String> = sum
+        .drops
+        .fields()
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.replace('_', " ")))
+        .collect();
+    let _ = writeln!(s, "  drops: {}", drops.join(", "));
+    if let Some(v) = sum.verify {
+        let _ = writeln!(
+            s,
+            "  caller check against full unwind: checked={}, mismatches={}, unwind failed={}",
+            v.checked, v.mismatches, v.unwind_failed
+        );
+    }
+    if sum.cost.run_cnt > 0 {
+        let _ = writeln!(s, "  BPF cost: {}", cost(&sum.cost));
+        if let Some((kind, c)) = &sum.companion {
+            let _ = writeln!(s, "  empty {kind} companion: {}", cost(c));
+        }
+    }
+    s
+}
+
+fn cost(c: &Cost) -> String {
+    format!(
+        "{} runs, {:.0} ns/run (kernel.bpf_stats_enabled=1)",
+        c.run_cnt,
+        c.run_time_ns as f64 / c.run_cnt.max(1) as f64
+    )
+}
+
+/// Local wall-clock time as HH:MM:SS.
+pub(crate) fn clock() -> String {
+    // SAFETY: time(NULL) and localtime_r with valid pointers.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::report::{Drops, Phase, ReasonRow, Stack, StackCount};
+
+    pub(crate) fn row(reason: &str, count: u64, rate: f64, share: f64) -> ReasonRow {
+        ReasonRow {
+            reason: reason.into(),
+            count,
+            rate,
+            share,
+            special: false,
+        }
+    }
+
+    pub(crate) fn sample_calls() -> Distribution {
+        Distribution {
+            secs: 2.0,
+            total: 40,
+            rate: 20.0,
+            rows: vec![
+                row("do_huge_pmd_anonymous_page", 30, 15.0, 75.0),
+                row("folio_remove_rmap_ptes", 10, 5.0, 25.0),
+            ],
+        }
+    }
+
+    pub(crate) fn stacks_of(reason: &str, stacks: &[(&[&str], u64)]) -> ReasonStacks {
+        ReasonStacks {
+            reason: reason.into(),
+            captured: stacks.iter().map(|s| s.1).sum(),
+            stacks: stacks
+                .iter()
+                .map(|(k, n)| StackCount {
+                    stack: Stack {
+                        kernel: k.iter().map(|f| f.to_string()).collect(),
+                        user: vec![],
+                    },
+                    count: *n,
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn sample_summary() -> Summary {
+        Summary {
+            func: "f".into(),
+            mode: "fentry",
+            phase: Phase::StackCapture,
+            calls: sample_calls(),
+            other_merges: vec![],
+            drops: Drops {
+                stacks_rate_capped: 7,
+                ..Drops::default()
+            },
+            stacks: vec![
+                stacks_of("folio_remove_rmap_ptes", &[(&["z"], 1)]),
+                stacks_of("do_huge_pmd_anonymous_page", &[(&["a", "b"], 3)]),
+            ],
+            stacks_matched: 10,
+            stacks_sent: 4,
+            verify: None,
+            cost: Cost::default(),
+            companion: None,
+        }
+    }
+
+    fn report(calls: Distribution) -> IntervalReport {
+        IntervalReport {
+            unix_time: 1.5,
+            clock: "12:00:00".into(),
+            calls,
+            stacks: None,
+        }
+    }
+
+    #[test]
+    fn table_is_aligned_and_sorted() {
+        let t = interval(&report(sample_calls()), 5);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "12:00:00  40 calls in 2.00s, 20.0/s");
+        assert!(lines[1].contains("REASON") && lines[1].ends_with("SHARE"));
+        assert!(lines[2].starts_with("  do_huge_pmd_anonymous_page"));
+        assert!(lines[2].ends_with("15.0   75.0%"), "{}", lines[2]);
+        assert!(lines[3].ends_with("5.0   25.0%"), "{}", lines[3]);
+        assert_eq!(lines[2].len(), lines[3].len());
+    }
+
+    #[test]
+    fn empty_interval_prints_only_the_header_line() {
+        let empty = Distribution {
+            secs: 1.0,
+            total: 0,
+            rate: 0.0,
+            rows: vec![],
+        };
+        assert_eq!(
+            interval(&report(empty.clone()), 5),
+            "12:00:00  0 calls in 1.00s, 0.0/s\n"
+        );
+        let one = Distribution {
+            total: 1,
+            rate: 1.0,
+            rows: vec![row("a", 1, 1.0, 100.0)],
+            ..empty
+        };
+        assert!(interval(&report(one), 5).starts_with("12:00:00  1 call in 1.00s"));
+    }
+
+    #[test]
+    fn interval_stacks_show_only_when_captured() {
+        let mut iv = report(sample_calls());
+        iv.stacks = Some(stacks_of("ZAP", &[]));
+        assert!(!interval(&iv, 5).contains("top stacks"));
+        iv.stacks = Some(stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)]));
+        let t = interval(&iv, 1);
+        assert!(t.contains("  top stacks of ZAP (3 captured):\n    2 (66.7%)\n      zap+0x1\n"));
+        assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
+    }
+
+    #[test]
+    fn summary_reports_drops_hot_reason_and_stacks_in_order() {
+        let t = summary(&sample_summary(), 5);
+        assert!(t.contains("phase reached: stack capture"));
+        assert!(t.contains("hot reason: do_huge_pmd_anonymous_page (75.0%)"));
+        assert!(t.contains("stacks rate capped=7"));
+        assert!(t.contains("      a\n      b\n"));
+        let first = t
+            .find("top stacks of folio_remove_rmap_ptes (1 captured):")
+            .unwrap();
+        let second = t
+            .find("top stacks of do_huge_pmd_anonymous_page (3 captured):")
+            .unwrap();
+        assert!(first < second);
+    }
+
+    #[test]
+    fn the_hot_reason_is_never_a_special_slot() {
+        let mut s = sample_summary();
+        s.calls.rows.insert(
+            0,
+            ReasonRow {
+                special: true,
+                ..row("[caller not found]", 100, 1.0, 70.0)
+            },
+        );
+        assert_eq!(s.hot().unwrap().reason, "do_huge_pmd_anonymous_page");
+    }
+
+    #[test]
+    fn user_frames_follow_a_separator() {
+        let s = Stack {
+            kernel: vec!["k".into()],
+            user: vec!["u".into()],
+        };
+        assert_eq!(s.display(), ["k", "--", "u"]);
+    }
+}

@@ -1,0 +1,161 @@
+//! Stack capture: samples from the BPF ring buffer, trimmed to the frames
+//! above the traced function, and counted per distinct stack.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
+
+use crate::bpf::abi::Sample;
+use crate::error::{Error, Result};
+use crate::report::{Stack, StackCount};
+
+/// The frames above the traced function's entry frame, caller first. BPF
+/// program and trampoline frames sit below it and are dropped with it. If
+/// the entry frame is missing the stack is kept whole.
+pub(crate) fn above_entry(kstack: &[u64], func_addr: u64, window: u64) -> &[u64] {
+    match kstack
+        .iter()
+        .position(|&ip| ip.wrapping_sub(func_addr) < window)
+    {
+        Some(i) => &kstack[i + 1..],
+        None => kstack,
+    }
+}
+
+/// The ring buffer and the samples it has delivered.
+pub(crate) struct Capture {
+    ring: RingBuffer<'static>,
+    inbox: Rc<RefCell<Vec<Sample>>>,
+    _map: MapHandle,
+}
+
+impl Capture {
+    pub(crate) fn new(map: MapHandle) -> Result<Self> {
+        let inbox = Rc::new(RefCell::new(Vec::new()));
+        let sink = Rc::clone(&inbox);
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&map, move |data: &[u8]| {
+                if let Some(s) = Sample::decode(data) {
+                    sink.borrow_mut().push(s);
+                }
+                0
+            })
+            .map_err(|e| Error::bpf("setting up the ring buffer", e))?;
+        let ring = builder
+            .build()
+            .map_err(|e| Error::bpf("setting up the ring buffer", e))?;
+        Ok(Capture {
+            ring,
+            inbox,
+            _map: map,
+        })
+    }
+
+    /// Sleeps until samples arrive or `timeout` passes.
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<()> {
+        match self.ring.poll(timeout) {
+            Err(e) if e.kind() != libbpf_rs::ErrorKind::Interrupted => {
+                Err(Error::bpf("polling the ring buffer", e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads what is left in the buffer without waiting.
+    pub(crate) fn drain(&self) -> Result<()> {
+        self.ring
+            .consume()
+            .map_err(|e| Error::bpf("reading the ring buffer", e))
+            .map(|_| ())
+    }
+
+    pub(crate) fn take(&self) -> Vec<Sample> {
+        std::mem::take(&mut *self.inbox.borrow_mut())
+    }
+}
+
+/// Counts per distinct stack, for the interval and for the run.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    interval: HashMap<Stack, u64>,
+    run: HashMap<Stack, u64>,
+}
+
+/// Stacks by count, most frequent first (ties in stack order), and their
+/// total.
+fn ranked(map: &HashMap<Stack, u64>) -> (u64, Vec<StackCount>) {
+    let mut v: Vec<StackCount> = map
+        .iter()
+        .map(|(s, &count)| StackCount {
+            stack: s.clone(),
+            count,
+        })
+        .collect();
+    v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.stack.cmp(&b.stack)));
+    (v.iter().map(|s| s.count).sum(), v)
+}
+
+impl Tally {
+    pub(crate) fn add(&mut self, stack: Stack) {
+        *self.interval.entry(stack.clone()).or_default() += 1;
+        *self.run.entry(stack).or_default() += 1;
+    }
+
+    /// The interval's stacks and their total; starts a new interval.
+    pub(crate) fn end_interval(&mut self) -> (u64, Vec<StackCount>) {
+        let out = ranked(&self.interval);
+        self.interval.clear();
+        out
+    }
+
+    /// The run's stacks and their total.
+    pub(crate) fn run(&self) -> (u64, Vec<StackCount>) {
+        ranked(&self.run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(k: &[&str]) -> Stack {
+        Stack {
+            kernel: k.iter().map(|s| s.to_string()).collect(),
+            user: vec![],
+        }
+    }
+
+    #[test]
+    fn frames_above_the_entry_frame_are_kept() {
+        let func = 0xffffffff81000000;
+        let ks = [0xffffffffc0001000, 0xffffffffc0002000, func + 9, 0xa, 0xb];
+        assert_eq!(above_entry(&ks, func, 16), &[0xa, 0xb]);
+        assert_eq!(above_entry(&[0xa, 0xb], func, 16), &[0xa, 0xb]);
+    }
+
+    #[test]
+    fn tally_counts_per_interval_and_run() {
+        let mut t = Tally::default();
+        let a = stack(&["zap_pte_range+0x1", "unmap_page_range+0x2"]);
+        let b = stack(&["do_huge_pmd_anonymous_page+0x3"]);
+        t.add(a.clone());
+        t.add(a.clone());
+        t.add(b.clone());
+        let (n, rows) = t.end_interval();
+        assert_eq!(n, 3);
+        assert_eq!((rows[0].count, &rows[0].stack), (2, &a));
+        assert_eq!(rows[1].count, 1);
+        t.add(b.clone());
+        let (n, rows) = t.end_interval();
+        assert_eq!((n, rows.len(), rows[0].count), (1, 1, 1));
+        let (n, rows) = t.run();
+        assert_eq!(n, 4);
+        assert_eq!((rows[0].count, rows[1].count), (2, 2));
+        // Equal counts: in stack order, so output is stable.
+        assert_eq!(rows[0].stack, b);
+    }
+}
