@@ -19,8 +19,8 @@ use crate::reasons::MAX_REASONS;
 the stacks of one reason when it dominates (tier 2, on demand).\n\n\
 Every interval topdown prints, per reason, the calls in the interval, their rate and their share \
 of the total. A reason is, by default, the calling function; a profile groups call sites into named \
-reasons. When one reason reaches --threshold percent, topdown captures its kernel stacks and prints \
-the top ones.",
+reasons. When one reason reaches --threshold percent of the calls of the last second (checked every \
+50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.",
     after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto"
 )]
 pub struct Cli {
@@ -81,12 +81,16 @@ pub struct Cli {
     #[arg(long, value_name = "REASON")]
     pub stack_on: Option<String>,
 
-    /// Share (percent) of an interval's calls at which a reason's stacks are captured.
+    /// Share (percent) of the last second's calls at which a reason's stacks are captured.
     #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
     pub threshold: f64,
 
-    /// Calls a reason needs in an interval before --threshold applies.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    /// Calls per second a reason needs (since its first call in the last second) before --threshold applies.
+    #[arg(long, value_name = "RATE", default_value_t = 20.0, value_parser = rate)]
+    pub min_rate: f64,
+
+    /// Calls a reason needs in the last second before --threshold applies.
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub min_events: u64,
 
     /// Never switch stack capture on by itself.
@@ -168,6 +172,13 @@ fn duration_secs(s: &str) -> Result<f64, String> {
     secs_in(s, 0.001, 1e9)
 }
 
+fn rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a rate (calls per second, 0 or more)")),
+    }
+}
+
 fn percent(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=100.0).contains(&v) && v > 0.0 => Ok(v),
@@ -201,6 +212,7 @@ mod tests {
             &["topdown", "f", "-i", "x"],
             &["topdown", "f", "--fentry", "--kprobe"],
             &["topdown", "f", "--threshold", "101"],
+            &["topdown", "f", "--min-rate", "-1"],
             &["topdown", "f", "--depth", "200"],
             &["topdown", "f", "-i", "1e30"],
             &["topdown", "f", "-i", "0.001"],

@@ -11,7 +11,7 @@ use crate::bpf::attach::{self, Storage};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::kallsyms::Kallsyms;
-use crate::plan::{self, Target, Trace};
+use crate::plan::{Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
@@ -101,13 +101,10 @@ pub fn trace(t: Trace) -> Result<()> {
         user_stacks: t.user_stacks,
         stack_frames: t.depth,
         sample_every: t.sample,
-        max_per_cpu_sec: plan::per_cpu_budget(
-            t.max_rate,
-            libbpf_rs::num_possible_cpus().unwrap_or(1),
-        ),
         callers,
         rules,
         own_tgid: std::process::id(),
+        stacks: stack_on.is_some() || t.trigger.auto,
     };
     let features = host::Features::probe();
 
@@ -135,7 +132,7 @@ pub fn trace(t: Trace) -> Result<()> {
         stack_on,
         symbols: Symbols::new(vmlinux, t.session.verbose),
     };
-    let trigger = Trigger::new(t.threshold, t.min_events, t.auto, stack_on);
+    let trigger = Trigger::new(t.trigger, stack_on);
     session::run(
         attached.probe,
         ctx,

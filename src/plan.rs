@@ -10,7 +10,7 @@ use crate::bpf::probe::{Companion, Mode};
 use crate::cli::{Cli, CompanionKind};
 use crate::error::{Error, Result};
 use crate::profile::{self, Profile};
-use crate::session;
+use crate::session::{self, TriggerConfig};
 
 /// What to do.
 #[derive(Debug)]
@@ -55,10 +55,7 @@ pub struct Trace {
     pub(crate) user_stacks: bool,
     pub(crate) depth: u32,
     pub(crate) sample: u32,
-    pub(crate) max_rate: u64,
-    pub(crate) threshold: f64,
-    pub(crate) min_events: u64,
-    pub(crate) auto: bool,
+    pub(crate) trigger: TriggerConfig,
     pub(crate) session: session::Options,
 }
 
@@ -115,10 +112,12 @@ fn trace(cli: &Cli) -> Result<Trace> {
         user_stacks: cli.user_stacks,
         depth: cli.depth,
         sample: cli.sample,
-        max_rate: cli.max_rate,
-        threshold: cli.threshold,
-        min_events: cli.min_events,
-        auto: !cli.no_auto,
+        trigger: TriggerConfig {
+            threshold: cli.threshold,
+            min_events: cli.min_events,
+            min_rate: cli.min_rate,
+            auto: !cli.no_auto,
+        },
         session: session::Options {
             interval: Duration::from_secs_f64(cli.interval),
             duration: cli.duration.map(Duration::from_secs_f64),
@@ -127,6 +126,7 @@ fn trace(cli: &Cli) -> Result<Trace> {
             verify_caller: cli.verify_caller,
             top: cli.top,
             folded: cli.folded.clone(),
+            max_rate: cli.max_rate,
             verbose: cli.verbose,
         },
     })
@@ -161,12 +161,6 @@ fn choose_profile(cli: &Cli, func: &str) -> Result<Option<Profile>> {
         }
     }
     Ok(p)
-}
-
-/// The stack-rate cap per CPU: the BPF side keeps one budget per CPU so the
-/// hot path needs no shared state. Rounded up, and at least 1.
-pub(crate) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
-    max_rate.div_ceil(cpus.max(1) as u64).max(1)
 }
 
 #[cfg(test)]
@@ -227,13 +221,5 @@ mod tests {
                 .job,
             Job::ListReasons(_)
         ));
-    }
-
-    #[test]
-    fn the_stack_cap_is_split_over_cpus_rounding_up() {
-        assert_eq!(per_cpu_budget(1000, 2), 500);
-        assert_eq!(per_cpu_budget(1001, 2), 501);
-        assert_eq!(per_cpu_budget(1, 64), 1);
-        assert_eq!(per_cpu_budget(10, 0), 10);
     }
 }

@@ -1,5 +1,7 @@
-//! Addresses to frame names with blazesym: one symbolizer for the whole run
-//! and a cache by address, so a stack seen again costs no lookups.
+//! Addresses to frame names: kernel frames from the kallsyms table topdown
+//! has already loaded, or with a debug vmlinux through blazesym (inlined
+//! frames, file:line); user frames through blazesym. One symbolizer for the
+//! whole run and a cache by address, so a stack seen again costs no lookups.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -8,11 +10,14 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{cache, Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
+use crate::kallsyms::Kallsyms;
 use crate::reasons::{SourceLoc, SourceLookup};
 
 pub(crate) struct Symbols {
     sym: Symbolizer,
-    kernel: Source<'static>,
+    /// blazesym's kernel source when there is debug info to read (a
+    /// vmlinux, or in tests an ELF image); None: kallsyms.
+    kernel: Option<Source<'static>>,
     kcache: HashMap<u64, Vec<String>>,
     ucache: HashMap<(u32, u64), Vec<String>>,
     cached_pids: HashSet<u32>,
@@ -58,13 +63,15 @@ impl Symbols {
     /// `vmlinux`: a debug kernel image for inlined frames and source lines
     /// (plan::debug_vmlinux finds one); without it, kallsyms only.
     pub(crate) fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
-        let kernel = Kernel {
-            vmlinux: vmlinux.map_or(MaybeDefault::None, MaybeDefault::Some),
-            ..Kernel::default()
-        };
+        let kernel = vmlinux.map(|v| {
+            Source::Kernel(Kernel {
+                vmlinux: MaybeDefault::Some(v),
+                ..Kernel::default()
+            })
+        });
         Symbols {
             sym: Symbolizer::new(),
-            kernel: Source::Kernel(kernel),
+            kernel,
             kcache: HashMap::new(),
             ucache: HashMap::new(),
             cached_pids: HashSet::new(),
@@ -78,17 +85,19 @@ impl Symbols {
     #[cfg(test)]
     pub(crate) fn for_image(image: PathBuf) -> Self {
         let mut s = Self::new(None, false);
-        s.kernel = Source::Elf(blazesym::symbolize::source::Elf::new(image));
+        s.kernel = Some(Source::Elf(blazesym::symbolize::source::Elf::new(image)));
         s
     }
 
-    /// Frames of each address (looked up at the address itself; shown at
-    /// +1, the return address), and whether every lookup failed.
-    fn kernel_frames(&self, probes: &[u64]) -> (Vec<Option<Vec<String>>>, bool) {
-        let res = self
-            .sym
-            .symbolize(&self.kernel, self.input(probes))
-            .unwrap_or_default();
+    /// Frames of each address through blazesym (looked up at the address
+    /// itself; shown at +1, the return address), and whether every lookup
+    /// failed.
+    fn blaze_frames(&self, src: &Source<'_>, probes: &[u64]) -> (Vec<Option<Vec<String>>>, bool) {
+        let input = match src {
+            Source::Elf(_) => Input::VirtOffset(probes),
+            _ => Input::AbsAddr(probes),
+        };
+        let res = self.sym.symbolize(src, input).unwrap_or_default();
         let all_failed = res
             .iter()
             .all(|r| matches!(r, Symbolized::Unknown(Reason::IgnoredError)));
@@ -101,42 +110,30 @@ impl Symbols {
         (found, all_failed)
     }
 
-    /// Falls back to kallsyms when a vmlinux was in use; false if none was.
-    /// (blazesym's vmlinux path also needs /proc/modules, which kernels
-    /// without module support lack: then every lookup fails.)
-    fn drop_vmlinux(&mut self) -> bool {
-        let uses_vmlinux =
-            matches!(&self.kernel, Source::Kernel(k) if matches!(k.vmlinux, MaybeDefault::Some(_)));
-        if uses_vmlinux {
-            if self.verbose {
-                eprintln!("topdown: the vmlinux gave no symbols; using kallsyms");
-            }
-            self.kernel = Source::Kernel(Kernel {
-                vmlinux: MaybeDefault::None,
-                ..Kernel::default()
-            });
-        }
-        uses_vmlinux
-    }
-
-    /// The kernel source's addresses: absolute for the running kernel,
-    /// link-time offsets for an image.
-    fn input<'a>(&self, addrs: &'a [u64]) -> Input<&'a [u64]> {
-        match self.kernel {
-            Source::Elf(_) => Input::VirtOffset(addrs),
-            _ => Input::AbsAddr(addrs),
-        }
-    }
-
     /// Kernel return addresses to frames, caller first. Each is looked up
     /// at address - 1, inside the call instruction.
-    pub(crate) fn kernel(&mut self, addrs: &[u64]) -> Vec<String> {
+    pub(crate) fn kernel(&mut self, ksyms: &Kallsyms, addrs: &[u64]) -> Vec<String> {
         let missing = uncached(addrs, |a| self.kcache.contains_key(&a));
         if !missing.is_empty() {
             let probes: Vec<u64> = missing.iter().map(|a| a.saturating_sub(1)).collect();
-            let (mut found, all_failed) = self.kernel_frames(&probes);
-            if all_failed && self.drop_vmlinux() {
-                found = self.kernel_frames(&probes).0;
+            let mut found = match &self.kernel {
+                Some(src) => {
+                    let (found, all_failed) = self.blaze_frames(src, &probes);
+                    // blazesym's vmlinux path also needs /proc/modules, which
+                    // kernels without module support lack: then every lookup
+                    // fails, and kallsyms is all there is.
+                    if all_failed {
+                        if self.verbose {
+                            eprintln!("topdown: the vmlinux gave no symbols; using kallsyms");
+                        }
+                        self.kernel = None;
+                    }
+                    found
+                }
+                None => vec![None; probes.len()],
+            };
+            if self.kernel.is_none() {
+                found = missing.iter().map(|&a| kallsyms_frame(ksyms, a)).collect();
             }
             for (a, f) in missing.iter().zip(found) {
                 self.kcache
@@ -207,11 +204,23 @@ impl Symbols {
     }
 }
 
+/// A return address as `function+offset` from kallsyms.
+fn kallsyms_frame(ksyms: &Kallsyms, ret: u64) -> Option<Vec<String>> {
+    let s = ksyms.caller_of(ret)?;
+    Some(vec![format!("{}+{:#x}", s.name, ret - s.addr)])
+}
+
 impl SourceLookup for Symbols {
     /// The kernel address's place in the source: only a vmlinux with DWARF
-    /// gives inlined functions and files; kallsyms gives just the function.
+    /// gives inlined functions and files (kallsyms says nothing more than
+    /// the caller table already knows).
     fn source(&mut self, addr: u64) -> Option<SourceLoc> {
-        let res = self.sym.symbolize(&self.kernel, self.input(&[addr])).ok()?;
+        let src = self.kernel.as_ref()?;
+        let input = match src {
+            Source::Elf(_) => Input::VirtOffset(std::slice::from_ref(&addr)),
+            _ => Input::AbsAddr(std::slice::from_ref(&addr)),
+        };
+        let res = self.sym.symbolize(src, input).ok()?;
         let Some(Symbolized::Sym(sym)) = res.first() else {
             return None;
         };
@@ -234,5 +243,28 @@ impl SourceLookup for Symbols {
             )
             .collect();
         Some(SourceLoc { functions, files })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_vmlinux_kernel_frames_come_from_kallsyms() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T do_huge_pmd_anonymous_page\nffffffff81001000 T next_fn\n",
+        );
+        let mut s = Symbols::new(None, false);
+        // A return address at a function's end belongs to it (looked up at -1).
+        assert_eq!(
+            s.kernel(&k, &[0xffffffff810002bd, 0xffffffff81001000, 0x1234]),
+            [
+                "do_huge_pmd_anonymous_page+0x2bd",
+                "do_huge_pmd_anonymous_page+0x1000",
+                "0x1234"
+            ]
+        );
+        assert!(s.source(0xffffffff81000010).is_none());
     }
 }

@@ -27,9 +27,13 @@ pub(crate) const ENTRY_WINDOW: u64 = types::td_abi::TD_ENTRY_WINDOW.0 as u64;
 #[cfg(test)]
 pub(crate) const SELFTEST_ARGS: usize = types::td_abi::TD_SELFTEST_ARGS.0 as usize;
 const NR_STATS: usize = types::td_stat::TD_NR_STATS.0 as usize;
+const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
+/// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
+const COUNTS_WORDS: usize = NR_SLOTS + NR_STACK_STATS + 1;
 
 // The arrays the structs are made of follow the constants above.
-const _: () = assert!(size_of::<types::td_counts>() == NR_SLOTS * 8);
+const _: () = assert!(size_of::<types::td_counts>() == COUNTS_WORDS * 8);
+const _: () = assert!(size_of::<types::td_budget>() == 8);
 const _: () = assert!(size_of::<types::td_stats>() == NR_STATS * 8);
 const _: () = assert!(NR_SLOTS.is_power_of_two());
 const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
@@ -62,11 +66,12 @@ pub(crate) struct Config {
     pub(crate) user_stacks: bool,
     pub(crate) stack_frames: u32,
     pub(crate) sample_every: u32,
-    pub(crate) max_per_cpu_sec: u64,
     pub(crate) callers: Vec<DeepCaller>,
     pub(crate) rules: Vec<DeepRule>,
     /// Calls from this process are left out (0: count everything).
     pub(crate) own_tgid: u32,
+    /// Stacks may be captured: compiles the capture gate in.
+    pub(crate) stacks: bool,
 }
 
 impl Config {
@@ -78,8 +83,8 @@ impl Config {
         dst.user_stacks = self.user_stacks.into();
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
-        dst.max_per_cpu_sec = self.max_per_cpu_sec;
         dst.own_tgid = self.own_tgid;
+        dst.stacks = self.stacks.into();
         dst.nr_callers = self.callers.len().min(MAX_DEEP_CALLERS) as u32;
         for (d, c) in dst.callers.iter_mut().zip(&self.callers) {
             d.lo = c.lo;
@@ -97,37 +102,65 @@ impl Config {
     }
 }
 
-/// The per-CPU counters kept besides the reason slots, summed over CPUs.
+/// The per-CPU counters kept besides the reason slots, summed over CPUs:
+/// the rare events of the `stats` map and the stack path's counters of
+/// the `counts` map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stats([u64; NR_STATS]);
+pub(crate) struct Stats {
+    rare: [u64; NR_STATS],
+    stack: [u64; NR_STACK_STATS],
+}
 
 impl Default for Stats {
     fn default() -> Self {
-        Stats([0; NR_STATS])
+        Stats {
+            rare: [0; NR_STATS],
+            stack: [0; NR_STACK_STATS],
+        }
     }
 }
 
 /// Names of the counters in `Stats`, as `topdown.h` numbers them.
+pub(crate) use types::td_stack_stat as StackStat;
 pub(crate) use types::td_stat as Stat;
 
 impl Stats {
     pub(crate) fn get(&self, which: Stat) -> u64 {
-        self.0[which.0 as usize]
+        self.rare[which.0 as usize]
     }
 
-    /// Sums the per-CPU values of the `stats` map.
-    pub(crate) fn from_percpu(values: &[Vec<u8>]) -> Self {
-        Stats(sum_percpu(values))
+    pub(crate) fn stack(&self, which: StackStat) -> u64 {
+        self.stack[which.0 as usize]
+    }
+
+    /// From the per-CPU values of the `stats` and `counts` maps.
+    pub(crate) fn from_percpu(stats: &[Vec<u8>], counts: &[Vec<u8>]) -> Self {
+        let c: [u64; COUNTS_WORDS] = sum_percpu(counts);
+        let mut stack = [0; NR_STACK_STATS];
+        stack.copy_from_slice(&c[NR_SLOTS..NR_SLOTS + NR_STACK_STATS]);
+        Stats {
+            rare: sum_percpu(stats),
+            stack,
+        }
     }
 
     #[cfg(test)]
-    pub(crate) fn with(pairs: &[(Stat, u64)]) -> Self {
+    pub(crate) fn with(rare: &[(Stat, u64)], stack: &[(StackStat, u64)]) -> Self {
         let mut s = Stats::default();
-        for (k, v) in pairs {
-            s.0[k.0 as usize] = *v;
+        for (k, v) in rare {
+            s.rare[k.0 as usize] = *v;
+        }
+        for (k, v) in stack {
+            s.stack[k.0 as usize] = *v;
         }
         s
     }
+}
+
+/// The reason slots of the per-CPU values of the `counts` map, summed.
+pub(crate) fn slots_of(counts: &[Vec<u8>]) -> Vec<u64> {
+    let c: [u64; COUNTS_WORDS] = sum_percpu(counts);
+    c[..NR_SLOTS].to_vec()
 }
 
 /// Sums per-CPU values made of u64s, element by element (wrapping, as the
@@ -149,6 +182,8 @@ unsafe impl plain::Plain for types::td_sample {}
 /// One captured sample, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Sample {
+    /// CLOCK_MONOTONIC nanoseconds of the call.
+    pub(crate) ts: u64,
     pub(crate) reason: u32,
     pub(crate) pid: u32,
     pub(crate) kstack: Vec<u64>,
@@ -166,6 +201,7 @@ impl Sample {
         let mut raw = types::td_sample::default();
         plain::copy_from_bytes(&mut raw, bytes).ok()?;
         Some(Sample {
+            ts: raw.ts,
             reason: raw.reason,
             pid: raw.pid,
             kstack: frames_of(&raw.kstack, raw.kstack_bytes),
@@ -212,6 +248,19 @@ mod tests {
         let cpu = |a: u64, b: u64| [a.to_ne_bytes(), b.to_ne_bytes()].concat();
         let s: [u64; 2] = sum_percpu(&[cpu(1, 2), cpu(10, u64::MAX)]);
         assert_eq!(s, [11, 1]);
+    }
+
+    #[test]
+    fn counts_split_into_slots_and_stack_counters() {
+        let mut cpu = vec![0u64; COUNTS_WORDS];
+        cpu[2] = 5;
+        cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
+        let bytes: Vec<u8> = cpu.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let both = [bytes.clone(), bytes];
+        assert_eq!(slots_of(&both)[2], 10);
+        let s = Stats::from_percpu(&[], &both);
+        assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
+        assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 0);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{fence, Ordering};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 
-use crate::bpf::abi::{self, Config, Stats, MAX_STACK_RANGES, NR_SLOTS, SLOT_NONE};
+use crate::bpf::abi::{self, Config, Stats, MAX_STACK_RANGES, SLOT_NONE};
 use crate::bpf::skel::{types, OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 
@@ -99,21 +99,16 @@ fn open_for<'obj>(
     let kprobe = mode == Some(Mode::Kprobe);
     let p = &mut open.progs;
     p.td_fentry.set_autoload(fentry);
-    p.td_fentry_stack.set_autoload(fentry);
     p.td_kprobe.set_autoload(kprobe);
-    p.td_kprobe_stack.set_autoload(kprobe);
     p.td_selftest.set_autoload(mode.is_none());
     p.td_empty_fentry
         .set_autoload(companion == Some(Companion::Fentry));
     p.td_empty_fexit
         .set_autoload(companion == Some(Companion::Fexit));
-    // Every program is attached by hand: the stack programs only while
-    // capturing stacks.
+    // Every program is attached by hand.
     for prog in [
         &mut p.td_fentry,
-        &mut p.td_fentry_stack,
         &mut p.td_kprobe,
-        &mut p.td_kprobe_stack,
         &mut p.td_selftest,
         &mut p.td_empty_fentry,
         &mut p.td_empty_fexit,
@@ -123,7 +118,6 @@ fn open_for<'obj>(
     if fentry {
         for prog in [
             &mut p.td_fentry,
-            &mut p.td_fentry_stack,
             &mut p.td_empty_fentry,
             &mut p.td_empty_fexit,
         ] {
@@ -151,7 +145,6 @@ pub(crate) struct Probe<'obj> {
     func: String,
     // Dropping a link detaches its program.
     link: Option<Link>,
-    stack_link: Option<Link>,
     companion: Option<(Companion, Link)>,
 }
 
@@ -164,7 +157,6 @@ impl<'obj> Probe<'obj> {
             mode,
             func: func.to_string(),
             link,
-            stack_link: None,
             companion: None,
         }
     }
@@ -179,7 +171,6 @@ impl<'obj> Probe<'obj> {
 
     /// Detaches every program; the maps stay readable.
     pub(crate) fn detach(&mut self) {
-        self.stack_link = None;
         self.link = None;
         self.companion = None;
     }
@@ -207,16 +198,19 @@ impl<'obj> Probe<'obj> {
         Some((*kind, prog_stats(self.companion_prog(*kind).as_fd())))
     }
 
-    /// Per-slot counts summed over all possible CPUs.
-    pub(crate) fn counts(&self) -> Result<Vec<u64>> {
-        let v = self
+    fn counts_percpu(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(self
             .skel
             .maps
             .counts
             .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
             .map_err(|e| Error::bpf("reading the counters", e))?
-            .unwrap_or_default();
-        Ok(abi::sum_percpu::<NR_SLOTS>(&v).to_vec())
+            .unwrap_or_default())
+    }
+
+    /// Per-slot counts summed over all possible CPUs.
+    pub(crate) fn counts(&self) -> Result<Vec<u64>> {
+        Ok(abi::slots_of(&self.counts_percpu()?))
     }
 
     /// Return addresses not yet in the site table, with their counts.
@@ -263,7 +257,20 @@ impl<'obj> Probe<'obj> {
             .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
             .map_err(|e| Error::bpf("reading the statistics", e))?
             .unwrap_or_default();
-        Ok(Stats::from_percpu(&v))
+        Ok(Stats::from_percpu(&v, &self.counts_percpu()?))
+    }
+
+    /// Lets each CPU send up to `per_cpu` more stacks (the budget is
+    /// replaced, not added to: what a CPU did not use is gone).
+    pub(crate) fn refill(&self, per_cpu: u64) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus()
+            .map_err(|e| Error::bpf("counting the possible CPUs", e))?;
+        let values = vec![per_cpu.to_ne_bytes().to_vec(); cpus];
+        self.skel
+            .maps
+            .budget
+            .update_percpu(&ZERO_KEY, &values, MapFlags::ANY)
+            .map_err(|e| Error::bpf("refilling the stack budget", e))
     }
 
     /// Run statistics of the counting program (run_cnt and run_time_ns
@@ -282,10 +289,10 @@ impl<'obj> Probe<'obj> {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` from now on; `callers` are the address
-    /// ranges of the reason's caller functions, for calls from sites not
-    /// resolved yet. Attaches the sampling program on first use, so it
-    /// costs nothing until then.
+    /// Captures stacks of `slot` from now on (the counting program does it,
+    /// for an object loaded with `Config::stacks`); `callers` are the
+    /// address ranges of the reason's caller functions, for calls from sites
+    /// not resolved yet.
     pub(crate) fn stacks_on(&mut self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
         if callers.len() > MAX_STACK_RANGES {
             return Err(Error::msg(format!(
@@ -297,15 +304,6 @@ impl<'obj> Probe<'obj> {
         // SAFETY: `ctl` points into the mmap'ed .data section, alive as long
         // as the skeleton.
         unsafe { publish(ctl, slot, callers) };
-        if self.stack_link.is_none() {
-            let progs = &self.skel.progs;
-            let link = match self.mode {
-                Mode::Fentry => progs.td_fentry_stack.attach_trace(),
-                Mode::Kprobe => progs.td_kprobe_stack.attach_kprobe(false, &self.func),
-            }
-            .map_err(|e| Error::bpf("attaching the stack program", e))?;
-            self.stack_link = Some(link);
-        }
         Ok(())
     }
 

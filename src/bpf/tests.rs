@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
 
-use crate::bpf::abi::{Config, DeepCaller, DeepRule, Stat, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::abi::{Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND};
 use crate::bpf::probe::selftest::{self, move_capture};
 use crate::bpf::probe::Probe;
 use crate::bpf::skel::types::td_sample;
@@ -159,12 +159,13 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     let config = Config {
         func_addr: FUNC,
         sample_every: 1,
-        max_per_cpu_sec: u64::MAX,
         stack_frames: 1,
+        stacks: true,
         ..Config::default()
     };
     let mut p = selftest::load(&mut storage, &config);
     p.add_site(site_a, A).unwrap();
+    p.refill(u64::MAX).unwrap();
     let ctl = p.control_ptr() as usize;
     let fd = p.selftest_fd().as_raw_fd();
     let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
@@ -226,7 +227,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     eprintln!(
         "{runs} runs, {} samples, ring buffer full {}",
         samples.len(),
-        stats.get(Stat::TD_STAT_STACK_RINGBUF_FULL)
+        stats.stack(StackStat::TD_STACK_RINGBUF_FULL)
     );
     assert!(
         samples.len() > 100,

@@ -8,9 +8,12 @@
  * addresses not yet in `sites` are counted per address in `pending` until
  * user space has resolved them, so no event is lost or misfiled meanwhile.
  *
- * Tier 2 (on demand): a second program, attached only while stack mode is
- * on, sends rate-limited kernel (and optionally user) stacks of one reason
- * to a ring buffer.
+ * Tier 2 (on demand): when the reason just counted is the one user space
+ * asked stacks of (ctl.reason), the same program sends its kernel (and
+ * optionally user) stack to a ring buffer, rate-limited. The gate is one
+ * load and compare on the counting path, and compiled out entirely when
+ * the run can never capture (cfg.stacks false): switching capture on is a
+ * store to mapped memory, with nothing to load or attach.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -66,18 +69,12 @@ struct {
 	__type(value, struct td_scratch);
 } scratch SEC(".maps");
 
-struct td_rate {
-	__u64 window_start;
-	__u64 in_window;
-	__u64 seen;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct td_rate);
-} rate SEC(".maps");
+	__type(value, struct td_budget);
+} budget SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -88,6 +85,8 @@ struct {
 struct td_sample _td_sample = {};
 struct td_counts _td_counts = {};
 struct td_stats _td_stats = {};
+struct td_budget _td_budget = {};
+enum td_stack_stat _td_stack_stat = TD_NR_STACK_STATS;
 enum td_abi _td_abi = TD_NR_SLOTS;
 enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
@@ -243,12 +242,76 @@ static __always_inline bool is_own_call(void)
 	return cfg.own_tgid && bpf_get_current_pid_tgid() >> 32 == cfg.own_tgid;
 }
 
+/*
+ * Whether a call from a site not resolved yet belongs to stack reason
+ * `want`: it lies in one of that reason's caller ranges. Ranges carry their
+ * reason, so ranges being rewritten for another reason never make a call
+ * count for `want`.
+ */
+static __always_inline bool in_stack_ranges(__u64 ret, __u32 want)
+{
+	__u32 nr = *(volatile __u32 *)&ctl.nr_ranges;
+
+	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
+		if (i >= nr)
+			break;
+		if (ctl.ranges[i].reason == want && ret - 1 >= ctl.ranges[i].lo &&
+		    ret - 1 < ctl.ranges[i].hi)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Sends the stack of this call, of stack reason `want`, to user space;
+ * `c` is this CPU's counters.
+ */
+static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want)
+{
+	__u32 zero = 0;
+	struct td_budget *b;
+	struct td_sample *e;
+	__u64 id;
+
+	c->stack[TD_STACK_MATCHED]++;
+	if (cfg.sample_every > 1 && c->seen++ % cfg.sample_every) {
+		c->stack[TD_STACK_SAMPLED_OUT]++;
+		return;
+	}
+	b = bpf_map_lookup_elem(&budget, &zero);
+	if (!b || !b->left) {
+		c->stack[TD_STACK_RATE_CAPPED]++;
+		return;
+	}
+	b->left--;
+	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
+	if (!e) {
+		c->stack[TD_STACK_RINGBUF_FULL]++;
+		return;
+	}
+	id = bpf_get_current_pid_tgid();
+	e->ts = bpf_ktime_get_ns();
+	e->caller = ret;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->cpu = bpf_get_smp_processor_id();
+	e->reason = want;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, cfg.stack_bytes, 0);
+	e->ustack_bytes = 0;
+	if (cfg.user_stacks)
+		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
+						BPF_F_USER_STACK);
+	bpf_ringbuf_submit(e, 0);
+	c->stack[TD_STACK_EMITTED]++;
+}
+
 static __always_inline void count(void *ctx, __u64 ret)
 {
 	__u32 zero = 0;
 	struct td_counts *c = bpf_map_lookup_elem(&counts, &zero);
 	__u64 one = 1, *p;
-	__u32 r;
+	__u32 r, want;
 
 	if (!c)
 		return;
@@ -262,110 +325,31 @@ static __always_inline void count(void *ctx, __u64 ret)
 	r = site_reason(ctx, ret);
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
-		return;
-	}
-	/* First calls from a site: count per address until it is resolved. */
-	p = bpf_map_lookup_elem(&pending, &ret);
-	if (p) {
+	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
+		/* First calls from a site: counted per address until resolved. */
 		(*p)++;
-		return;
+	} else if (bpf_map_update_elem(&pending, &ret, &one, BPF_NOEXIST) == 0) {
+		/* counted */
+	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
+		(*p)++;		/* lost a race to insert */
+	} else {
+		r = TD_SLOT_SITES_FULL;
+		c->n[TD_SLOT_SITES_FULL]++;
 	}
-	if (bpf_map_update_elem(&pending, &ret, &one, BPF_NOEXIST) == 0)
+	if (!cfg.stacks)
 		return;
-	p = bpf_map_lookup_elem(&pending, &ret);	/* lost a race to insert */
-	if (p) {
-		(*p)++;
-		return;
-	}
-	c->n[TD_SLOT_SITES_FULL]++;
-}
-
-/*
- * Whether a call from `ret` belongs to stack reason `want`: its site's
- * reason, or for a site not resolved yet, a caller range of that reason.
- * Ranges carry their reason, so ranges being rewritten for another reason
- * never make a call count for `want`.
- */
-static __always_inline bool is_stack_reason(void *ctx, __u64 ret, __u32 want)
-{
-	__u32 r = site_reason(ctx, ret);
-	__u32 nr;
-
-	if (r != TD_SLOT_NONE)
-		return r == want;
-	nr = *(volatile __u32 *)&ctl.nr_ranges;
-	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
-		if (i >= nr)
-			break;
-		if (ctl.ranges[i].reason == want && ret - 1 >= ctl.ranges[i].lo &&
-		    ret - 1 < ctl.ranges[i].hi)
-			return true;
-	}
-	return false;
-}
-
-static __always_inline void sample(void *ctx, __u64 ret)
-{
 	/* Read once: user space may move capture meanwhile. */
-	__u32 want = *(volatile __u32 *)&ctl.reason;
-	__u32 zero = 0;
-	struct td_rate *rt;
-	struct td_sample *e;
-	__u64 now, id;
-
-	if (want == TD_SLOT_NONE || is_own_call())
+	want = *(volatile __u32 *)&ctl.reason;
+	if (want == TD_SLOT_NONE)
 		return;
-	rt = bpf_map_lookup_elem(&rate, &zero);
-	if (!rt || !is_stack_reason(ctx, ret, want))
-		return;
-	stat_inc(TD_STAT_STACK_MATCHED);
-	if (cfg.sample_every > 1 && rt->seen++ % cfg.sample_every) {
-		stat_inc(TD_STAT_STACK_SAMPLED_OUT);
-		return;
-	}
-	now = bpf_ktime_get_ns();
-	if (now - rt->window_start >= 1000000000ULL) {
-		rt->window_start = now;
-		rt->in_window = 0;
-	}
-	if (rt->in_window >= cfg.max_per_cpu_sec) {
-		stat_inc(TD_STAT_STACK_RATE_CAPPED);
-		return;
-	}
-	rt->in_window++;
-	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
-	if (!e) {
-		stat_inc(TD_STAT_STACK_RINGBUF_FULL);
-		return;
-	}
-	id = bpf_get_current_pid_tgid();
-	e->ts = now;
-	e->caller = ret;
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->cpu = bpf_get_smp_processor_id();
-	e->reason = want;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, cfg.stack_bytes, 0);
-	e->ustack_bytes = 0;
-	if (cfg.user_stacks)
-		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
-						BPF_F_USER_STACK);
-	bpf_ringbuf_submit(e, 0);
-	stat_inc(TD_STAT_STACK_EMITTED);
+	if (r == want || (r == TD_SLOT_NONE && in_stack_ranges(ret, want)))
+		sample(ctx, c, ret, want);
 }
 
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
 	count(ctx, fentry_caller(ctx));
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(td_fentry_stack)
-{
-	sample(ctx, fentry_caller(ctx));
 	return 0;
 }
 
@@ -379,28 +363,17 @@ int BPF_KPROBE(td_kprobe)
 	return 0;
 }
 
-SEC("kprobe")
-int BPF_KPROBE(td_kprobe_stack)
-{
-	__u64 ret = 0;
-
-	BPF_KPROBE_READ_RET_IP(ret, ctx);
-	sample(ctx, ret);
-	return 0;
-}
-
 /*
- * Runs the counting path, then the stack path, on a return address given
- * as the first raw tracepoint argument (the other arguments: frames above
- * the caller, with cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise
- * the site table, pending counts, slots, deeper-frame rules and the choice
- * of stacks on kernels that refuse fentry.
+ * Runs the counting path (and the stack gate) on a return address given as
+ * the first raw tracepoint argument (the other arguments: frames above the
+ * caller, with cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise the
+ * site table, pending counts, slots, deeper-frame rules and the choice of
+ * stacks on kernels that refuse fentry.
  */
 SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)
 {
 	count(ctx, ctx->args[0]);
-	sample(ctx, ctx->args[0]);
 	return 0;
 }
 

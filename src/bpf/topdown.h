@@ -35,23 +35,44 @@ enum td_slot_none {
 	TD_SLOT_NONE = 0xffffffffu,
 };
 
-/* Counters kept besides the reason slots: indices into td_stats.n. */
+/* Rare events, counted in the stats map: indices into td_stats.n. */
 enum td_stat {
 	TD_STAT_VERIFY_CHECKED,
 	TD_STAT_VERIFY_MISMATCH,
 	TD_STAT_VERIFY_UNWIND_FAILED,
 	TD_STAT_DEEP_UNWIND_FAILED,
-	TD_STAT_STACK_MATCHED,
-	TD_STAT_STACK_SAMPLED_OUT,
-	TD_STAT_STACK_RATE_CAPPED,
-	TD_STAT_STACK_RINGBUF_FULL,
-	TD_STAT_STACK_EMITTED,
 	TD_STAT_OWN_CALLS,
 	TD_NR_STATS,
 };
 
+/*
+ * What happened to the calls of the stack reason: indices into
+ * td_counts.stack. They sit in the counts value the program has in hand,
+ * so counting them costs no map lookup.
+ */
+enum td_stack_stat {
+	TD_STACK_MATCHED,	/* calls of the stack reason */
+	TD_STACK_SAMPLED_OUT,	/* skipped by --sample */
+	TD_STACK_RATE_CAPPED,	/* over the budget */
+	TD_STACK_RINGBUF_FULL,
+	TD_STACK_EMITTED,
+	TD_NR_STACK_STATS,
+};
+
+/* The per-CPU counters: reason slots, then the stack path's. */
 struct td_counts {
 	__u64 n[TD_NR_SLOTS];
+	__u64 stack[TD_NR_STACK_STATS];
+	__u64 seen;		/* calls of the stack reason, for --sample */
+};
+
+/*
+ * Stacks a CPU may still send. User space refills it on every tick while
+ * capturing (the rate cap: no clock read per call), so capture also stops
+ * by itself within a tick if topdown stops refilling.
+ */
+struct td_budget {
+	__u64 left;
 };
 
 struct td_stats {
@@ -79,7 +100,6 @@ struct td_rule {
 /* Everything the programs are given before load (frozen in .rodata). */
 struct td_config {
 	__u64 func_addr;	/* traced function's entry (kallsyms) */
-	__u64 max_per_cpu_sec;	/* stack cap, per CPU and second */
 	__u32 stack_bytes;	/* bytes of each stack to capture */
 	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
 	__u32 own_tgid;		/* topdown itself: its calls are not counted */
@@ -89,6 +109,8 @@ struct td_config {
 	__u8 user_stacks;
 	/* Self-test only: frames above the caller come from the test's context. */
 	__u8 synthetic_stack;
+	/* Stacks may be captured in this run: the gate is compiled in. */
+	__u8 stacks;
 	struct td_caller callers[TD_MAX_CALLERS];
 	struct td_rule rules[TD_MAX_RULES];
 };

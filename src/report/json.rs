@@ -4,7 +4,9 @@
 
 use serde::{Serialize, Serializer};
 
-use crate::report::{Cost, Distribution, IntervalReport, ReasonStacks, Summary, Verify};
+use crate::report::{
+    CaptureSpan, Cost, Distribution, Drops, IntervalReport, ReasonStacks, Summary, Verify,
+};
 
 /// The JSON schema version written into every object.
 pub(crate) const SCHEMA: u32 = 1;
@@ -103,6 +105,31 @@ struct StackSet<'a> {
 }
 
 #[derive(Serialize)]
+struct Capture<'a> {
+    reason: &'a str,
+    start: Num,
+    end: Num,
+    calls: u64,
+    stacks: u64,
+    start_ns: u64,
+    first_stack_ns: Option<u64>,
+}
+
+impl<'a> Capture<'a> {
+    fn of(c: &'a CaptureSpan) -> Self {
+        Capture {
+            reason: &c.reason,
+            start: Num(c.start),
+            end: Num(c.end),
+            calls: c.calls,
+            stacks: c.stacks,
+            start_ns: c.start_ns,
+            first_stack_ns: c.first_stack_ns,
+        }
+    }
+}
+
+#[derive(Serialize)]
 struct CompanionJson<'a> {
     kind: &'a str,
     stats: Cost,
@@ -121,13 +148,14 @@ struct SummaryJson<'a> {
     rate: Num,
     reasons: Vec<Row<'a>>,
     other_merges: &'a [String],
-    drops: serde_json::Map<String, serde_json::Value>,
+    drops: Drops,
     stack_reason: Option<&'a str>,
     stacks_matched: u64,
     stacks_sent: u64,
     stacks_captured: u64,
     stacks: Vec<StackJson>,
     stacks_by_reason: Vec<StackSet<'a>>,
+    captures: Vec<Capture<'a>>,
     verify: Option<Verify>,
     bpf: Cost,
     companion: Option<CompanionJson<'a>>,
@@ -147,12 +175,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         rate: Num(sum.calls.rate),
         reasons: rows(&sum.calls),
         other_merges: &sum.other_merges,
-        drops: sum
-            .drops
-            .fields()
-            .iter()
-            .map(|(k, v)| (k.to_string(), (*v).into()))
-            .collect(),
+        drops: sum.drops,
         stack_reason: last.map(|l| l.reason.as_str()),
         stacks_matched: sum.stacks_matched,
         stacks_sent: sum.stacks_sent,
@@ -167,6 +190,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
                 stacks: stacks(Some(st), top),
             })
             .collect(),
+        captures: sum.captures.iter().map(Capture::of).collect(),
         verify: sum.verify,
         bpf: sum.cost,
         companion: sum
@@ -223,7 +247,8 @@ mod tests {
         assert_eq!(v["type"], "summary");
         assert_eq!(v["schema"], 1);
         assert_eq!(v["drops"]["stacks_rate_capped"], 7);
-        assert_eq!(v["drops"].as_object().unwrap().len(), 8);
+        // Drops in report order (serde_json's Value would sort them).
+        assert!(j.contains("\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":7,\"stacks_ringbuf_full\":0,\"own_calls\":0}"), "{j}");
         assert_eq!(v["stack_reason"], "do_huge_pmd_anonymous_page");
         assert_eq!(v["stacks_matched"], 10);
         assert_eq!(v["stacks_sent"], 4);
@@ -238,6 +263,9 @@ mod tests {
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 20, "{keys:?}");
+        assert_eq!(keys.len(), 21, "{keys:?}");
+        assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);
+        assert_eq!(v["captures"][1]["first_stack_ns"], serde_json::Value::Null);
+        assert_eq!(v["captures"][1]["calls"], 30);
     }
 }

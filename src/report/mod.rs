@@ -84,7 +84,8 @@ pub(crate) struct IntervalReport {
 
 /// Drops and misses: calls not counted under their true reason, or stacks
 /// not captured. Always reported, zeros included, so "none" is visible.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// (Field order is report order.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Drops {
     /// Calls whose caller's return address was not found.
     pub(crate) caller_not_found: u64,
@@ -150,6 +151,22 @@ impl Phase {
     }
 }
 
+/// One stretch of stack capture: a reason captured from `start` to `end`
+/// (seconds since the run started).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CaptureSpan {
+    pub(crate) reason: String,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    /// The reason's calls meanwhile, and the stacks captured of them.
+    pub(crate) calls: u64,
+    pub(crate) stacks: u64,
+    /// CLOCK_MONOTONIC (the kernel's bpf_ktime_get_ns) when capture was
+    /// switched on, and of its first stack: the reaction to a spike.
+    pub(crate) start_ns: u64,
+    pub(crate) first_stack_ns: Option<u64>,
+}
+
 /// Everything the final report says.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Summary {
@@ -163,6 +180,8 @@ pub(crate) struct Summary {
     /// Stacks of every reason captured, in the order capture reached them;
     /// the last is the one captured at the end.
     pub(crate) stacks: Vec<ReasonStacks>,
+    /// When each reason was captured, in order.
+    pub(crate) captures: Vec<CaptureSpan>,
     /// Calls of the captured reasons seen by the stack program, and
     /// samples it sent, over the run.
     pub(crate) stacks_matched: u64,

@@ -86,6 +86,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if let Some(hot) = sum.hot() {
         let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
     }
+    if !sum.captures.is_empty() {
+        s.push_str(&captures(sum));
+    }
     for st in &sum.stacks {
         s.push_str(&stacks(st, top));
     }
@@ -112,6 +115,37 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     s
 }
 
+/// When each reason was captured and what that covered.
+fn captures(sum: &Summary) -> String {
+    let w = sum
+        .captures
+        .iter()
+        .map(|c| c.reason.len())
+        .max()
+        .unwrap_or(0);
+    let mut s = String::from("  stack capture:\n");
+    for c in &sum.captures {
+        let first = match c.first_stack_ns {
+            Some(ns) => format!(
+                ", first {:.1} ms after the switch",
+                ns.saturating_sub(c.start_ns) as f64 / 1e6
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "    {:<w$}  {:.1}s to {:.1}s: {}, {} stack{}{first}",
+            c.reason,
+            c.start,
+            c.end,
+            calls(c.calls),
+            c.stacks,
+            if c.stacks == 1 { "" } else { "s" }
+        );
+    }
+    s
+}
+
 fn cost(c: &Cost) -> String {
     format!(
         "{} runs, {:.0} ns/run (kernel.bpf_stats_enabled=1)",
@@ -134,7 +168,7 @@ pub(crate) fn clock() -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Drops, Phase, ReasonRow, Stack, StackCount};
+    use crate::report::{CaptureSpan, Drops, Phase, ReasonRow, Stack, StackCount};
 
     pub(crate) fn row(reason: &str, count: u64, rate: f64, share: f64) -> ReasonRow {
         ReasonRow {
@@ -189,6 +223,26 @@ pub(crate) mod tests {
             stacks: vec![
                 stacks_of("folio_remove_rmap_ptes", &[(&["z"], 1)]),
                 stacks_of("do_huge_pmd_anonymous_page", &[(&["a", "b"], 3)]),
+            ],
+            captures: vec![
+                CaptureSpan {
+                    reason: "folio_remove_rmap_ptes".into(),
+                    start: 0.5,
+                    end: 2.0,
+                    calls: 1,
+                    stacks: 1,
+                    start_ns: 1_000_000,
+                    first_stack_ns: Some(4_500_000),
+                },
+                CaptureSpan {
+                    reason: "do_huge_pmd_anonymous_page".into(),
+                    start: 2.0,
+                    end: 3.0,
+                    calls: 30,
+                    stacks: 3,
+                    start_ns: 2_000_000_000,
+                    first_stack_ns: None,
+                },
             ],
             stacks_matched: 10,
             stacks_sent: 4,
@@ -265,6 +319,9 @@ pub(crate) mod tests {
             .find("top stacks of do_huge_pmd_anonymous_page (3 captured):")
             .unwrap();
         assert!(first < second);
+        assert!(t.contains(
+            "  stack capture:\n    folio_remove_rmap_ptes      0.5s to 2.0s: 1 call, 1 stack, first 3.5 ms after the switch\n    do_huge_pmd_anonymous_page  2.0s to 3.0s: 30 calls, 3 stacks\n"
+        ), "{t}");
     }
 
     #[test]

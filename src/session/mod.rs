@@ -23,12 +23,12 @@ use crate::reasons::Mapper;
 use crate::report::{self, Stack};
 use crate::symbolize::Symbols;
 
-pub(crate) use trigger::Trigger;
+pub(crate) use trigger::{Config as TriggerConfig, Trigger};
 
 use capture::Capture;
 use poll::Poller;
-use state::{End, Move, State};
-use trigger::Switch;
+use state::{End, State};
+use trigger::{Decision, Switch};
 
 /// How the loop reports and when it captures stacks.
 #[derive(Debug, Clone)]
@@ -40,14 +40,28 @@ pub(crate) struct Options {
     pub(crate) verify_caller: bool,
     pub(crate) top: usize,
     pub(crate) folded: Option<PathBuf>,
+    /// Most stacks captured per second, over all CPUs.
+    pub(crate) max_rate: u64,
     /// Say why symbolization failed.
     pub(crate) verbose: bool,
 }
 
-/// Longest sleep between checks of the stop flag.
-const TICK: Duration = Duration::from_millis(100);
+/// How often the counters are read for the trigger, whatever the print
+/// interval; also the longest sleep between checks of the stop flag. One
+/// read costs one syscall per map (and one per pending call site): about
+/// 0.1 ms with 256 CPUs.
+const TICK: Duration = Duration::from_millis(50);
 
-/// Tier 2 I/O: the ring buffer once opened, and symbolization.
+/// How often the stack budget is refilled: --max-rate is per second.
+const REFILL: Duration = Duration::from_secs(1);
+
+/// The stack budget per CPU and refill: the BPF side keeps one budget per
+/// CPU so the hot path needs no shared state. Rounded up, and at least 1.
+fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
+    max_rate.div_ceil(cpus.max(1) as u64).max(1)
+}
+
+/// Tier 2 I/O: the ring buffer, and symbolization.
 struct Stacks {
     capture: Option<Capture>,
     symbols: Symbols,
@@ -55,6 +69,8 @@ struct Stacks {
 }
 
 impl Stacks {
+    /// Points the kernel side's capture at `slot` and its caller ranges
+    /// (for call sites not resolved yet): a store to mapped memory.
     fn switch_on(
         &mut self,
         probe: &mut Probe<'_>,
@@ -67,26 +83,20 @@ impl Stacks {
             .into_iter()
             .flat_map(|c| ksyms.function(c).map(|s| (s.addr, s.end)))
             .collect();
-        probe.stacks_on(slot, &ranges)?;
-        if self.capture.is_none() {
-            self.capture = Some(Capture::new(probe.samples_map()?)?);
-            // Parse kallsyms now rather than when the first samples wait.
-            self.symbols.kernel(&[self.func_addr + 1]);
-        }
-        Ok(())
+        probe.stacks_on(slot, &ranges)
     }
 
     /// Waits up to `timeout` for samples, then symbolizes them into `state`.
-    fn wait(&mut self, timeout: Duration, state: &mut State) -> Result<()> {
+    fn wait(&mut self, timeout: Duration, ksyms: &Kallsyms, state: &mut State) -> Result<()> {
         match &self.capture {
             Some(c) => c.wait(timeout)?,
             None => std::thread::sleep(timeout),
         }
-        self.absorb(state);
+        self.absorb(ksyms, state);
         Ok(())
     }
 
-    fn absorb(&mut self, state: &mut State) {
+    fn absorb(&mut self, ksyms: &Kallsyms, state: &mut State) {
         let Some(c) = &self.capture else { return };
         let samples = c.take();
         // Keep the mappings of new processes first: a short-lived one may
@@ -96,17 +106,17 @@ impl Stacks {
         }
         for s in samples {
             let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW);
-            let kernel = self.symbols.kernel(frames);
+            let kernel = self.symbols.kernel(ksyms, frames);
             let user = self.symbols.user(s.pid, &s.ustack);
-            state.add_stack(s.reason, Stack { kernel, user });
+            state.add_stack(s.reason, Stack { kernel, user }, s.ts);
         }
     }
 
-    fn drain(&mut self, state: &mut State) -> Result<()> {
+    fn drain(&mut self, ksyms: &Kallsyms, state: &mut State) -> Result<()> {
         if let Some(c) = &self.capture {
             c.drain()?;
         }
-        self.absorb(state);
+        self.absorb(ksyms, state);
         Ok(())
     }
 }
@@ -125,6 +135,17 @@ pub(crate) struct Context<'a> {
     /// Reason slot chosen with --stack-on.
     pub(crate) stack_on: Option<u32>,
     pub(crate) symbols: Symbols,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Runs until `stop` is set or the duration passes, then prints the
@@ -146,14 +167,21 @@ pub(crate) fn run(
     } = ctx;
     let mut poller = Poller::default();
     let mut state = State::new(trigger);
+    // The ring buffer is set up before anything can be captured, so
+    // nothing slow stands between a decision and the first stack.
+    let capture = match stack_on.is_some() || state.auto() {
+        true => Some(Capture::new(probe.samples_map()?)?),
+        false => None,
+    };
     let mut stacks = Stacks {
-        capture: None,
+        capture,
         symbols,
         func_addr,
     };
+    let start = Instant::now();
     if let Some(slot) = stack_on {
         stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
-        state.capturing(slot);
+        state.capturing(slot, 0.0, mono_ns(), &[]);
         eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
     }
     // Everything is attached: from here on every call is seen.
@@ -164,55 +192,69 @@ pub(crate) fn run(
             d.as_secs_f64()
         ))
     );
-    let start = Instant::now();
     let end = opts.duration.map(|d| start + d);
     let mut last = start;
-    let mut next = start + opts.interval;
+    let mut next_print = start + opts.interval;
+    let mut next_tick = start + TICK;
+    let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
+    let mut next_refill = start;
+    if stack_on.is_some() {
+        probe.refill(budget)?;
+        next_refill = start + REFILL;
+    }
 
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let deadline = end.map_or(next, |e| e.min(next));
+        let mut deadline = end.map_or(next_print, |e| e.min(next_print));
+        if state.auto() {
+            deadline = deadline.min(next_tick);
+        }
+        if state.target().is_some() {
+            deadline = deadline.min(next_refill);
+        }
         if now < deadline {
-            stacks.wait((deadline - now).min(TICK), &mut state)?;
+            stacks.wait((deadline - now).min(TICK), ksyms, &mut state)?;
             continue;
         }
         let cur = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
-        let tick = state.tick(
-            cur,
-            (now - last).as_secs_f64(),
-            &mapper.reasons,
-            unix_now(),
-            report::text::clock(),
-        );
-        if !opts.quiet {
-            let text = if opts.json {
-                report::json::interval(&tick.report, opts.top) + "\n"
-            } else {
-                report::text::interval(&tick.report, opts.top)
-            };
-            emit(out, &text)?;
+        let secs = (now - start).as_secs_f64();
+        if state.auto() && now >= next_tick {
+            if let Some(d) = state.tick(secs, mono_ns(), &cur) {
+                announce(&d, &mapper.reasons, state.threshold());
+                stacks.switch_on(&mut probe, ksyms, mapper, d.switch.to())?;
+                next_refill = now;
+            }
+            while next_tick <= now {
+                next_tick += TICK;
+            }
         }
-        if let Some(Move { switch, share }) = tick.moved {
-            let (slot, what) = match switch {
-                Switch::Start(to) => (to, "capturing its stacks".to_string()),
-                Switch::Move { from, to } => (
-                    to,
-                    format!("moving stack capture from {}", mapper.reasons.name(from)),
-                ),
-            };
-            eprintln!(
-                "topdown: {} has {share:.1}% of calls (threshold {}%): {what}",
-                mapper.reasons.name(slot),
-                state.threshold()
+        if state.target().is_some() && now >= next_refill {
+            probe.refill(budget)?;
+            next_refill = now + REFILL;
+        }
+        let ended = end.is_some_and(|e| now >= e);
+        if now >= next_print || ended {
+            let report = state.interval(
+                cur,
+                (now - last).as_secs_f64(),
+                &mapper.reasons,
+                unix_now(),
+                report::text::clock(),
             );
-            stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
-            state.capturing(slot);
+            if !opts.quiet {
+                let text = if opts.json {
+                    report::json::interval(&report, opts.top) + "\n"
+                } else {
+                    report::text::interval(&report, opts.top)
+                };
+                emit(out, &text)?;
+            }
+            last = now;
+            while next_print <= now {
+                next_print += opts.interval;
+            }
         }
-        last = now;
-        while next <= now {
-            next += opts.interval;
-        }
-        if end.is_some_and(|e| now >= e) {
+        if ended {
             break;
         }
     }
@@ -222,7 +264,7 @@ pub(crate) fn run(
     let companion = probe.companion_stats();
     probe.detach();
     let stats = probe.stats()?;
-    stacks.drain(&mut state)?;
+    stacks.drain(ksyms, &mut state)?;
     let totals = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
     let summary = state.finish(
         &End {
@@ -249,8 +291,38 @@ pub(crate) fn run(
     emit(out, &text)
 }
 
+/// The notice of a switch of capture, on stderr.
+fn announce(d: &Decision, reasons: &crate::reasons::Reasons, threshold: f64) {
+    let what = match d.switch {
+        Switch::Start(_) => "capturing its stacks".to_string(),
+        Switch::Move { from, .. } => {
+            format!("moving stack capture from {}", reasons.name(from))
+        }
+    };
+    eprintln!(
+        "topdown: {} has {:.1}% of calls ({} in the last {:.1}s; threshold {threshold}%): {what}",
+        reasons.name(d.switch.to()),
+        d.share,
+        d.calls,
+        d.span
+    );
+}
+
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_cap_is_split_over_cpus_rounding_up() {
+        assert_eq!(per_cpu_budget(1000, 2), 500);
+        assert_eq!(per_cpu_budget(1001, 2), 501);
+        assert_eq!(per_cpu_budget(1, 64), 1);
+        assert_eq!(per_cpu_budget(10, 0), 10);
+    }
 }

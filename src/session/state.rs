@@ -5,27 +5,15 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{Stat, Stats, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{StackStat, Stat, Stats, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
-use crate::report::{Cost, Drops, IntervalReport, Phase, ReasonStacks, Stack, Summary, Verify};
+use crate::report::{
+    CaptureSpan, Cost, Drops, IntervalReport, Phase, ReasonStacks, Stack, Summary, Verify,
+};
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
-use crate::session::trigger::{Switch, Trigger};
-
-/// A change of the captured reason, with the share that caused it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Move {
-    pub(crate) switch: Switch,
-    pub(crate) share: f64,
-}
-
-/// What one print interval produced.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Tick {
-    pub(crate) report: IntervalReport,
-    pub(crate) moved: Option<Move>,
-}
+use crate::session::trigger::{Decision, Trigger};
 
 /// How the run ended, as read from the kernel side after detaching.
 #[derive(Debug, Clone)]
@@ -41,13 +29,27 @@ pub(crate) struct End<'a> {
     pub(crate) verify_caller: bool,
 }
 
+/// A stretch of capture of one reason.
+#[derive(Debug, Clone)]
+struct Span {
+    slot: u32,
+    start: f64,
+    start_ns: u64,
+    /// The reason's cumulative count when capture started, and when it
+    /// ended (with the time).
+    start_count: u64,
+    end: Option<(f64, u64)>,
+    stacks: u64,
+    first_stack_ns: Option<u64>,
+}
+
 #[derive(Debug)]
 pub(crate) struct State {
     trigger: Trigger,
+    /// Totals at the last printed interval.
     prev: Vec<u64>,
     tallies: HashMap<u32, Tally>,
-    /// Reasons in the order capture reached them.
-    order: Vec<u32>,
+    spans: Vec<Span>,
 }
 
 fn cost(p: ProgStats) -> Cost {
@@ -58,13 +60,17 @@ fn cost(p: ProgStats) -> Cost {
     }
 }
 
+fn count_of(totals: &[u64], slot: u32) -> u64 {
+    totals.get(slot as usize).copied().unwrap_or(0)
+}
+
 impl State {
     pub(crate) fn new(trigger: Trigger) -> Self {
         State {
             trigger,
             prev: vec![0; NR_SLOTS],
             tallies: HashMap::new(),
-            order: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
@@ -77,26 +83,55 @@ impl State {
         self.trigger.target()
     }
 
-    /// Capture of `slot` has started (by --stack-on or a move).
-    pub(crate) fn capturing(&mut self, slot: u32) {
-        if !self.order.contains(&slot) {
-            self.order.push(slot);
+    /// Whether `tick` needs the counters on every tick.
+    pub(crate) fn auto(&self) -> bool {
+        self.trigger.auto()
+    }
+
+    /// Capture of `slot` starts at `now` (seconds since start; `mono_ns` on
+    /// the kernel's clock) with cumulative `totals`; the stretch before it
+    /// ends.
+    pub(crate) fn capturing(&mut self, slot: u32, now: f64, mono_ns: u64, totals: &[u64]) {
+        if let Some(open) = self.spans.last_mut().filter(|s| s.end.is_none()) {
+            open.end = Some((now, count_of(totals, open.slot)));
+        }
+        self.spans.push(Span {
+            slot,
+            start: now,
+            start_ns: mono_ns,
+            start_count: count_of(totals, slot),
+            end: None,
+            stacks: 0,
+            first_stack_ns: None,
+        });
+    }
+
+    /// A tick at `now` with cumulative `totals`: the switch of capture it
+    /// calls for, already recorded as started.
+    pub(crate) fn tick(&mut self, now: f64, mono_ns: u64, totals: &[u64]) -> Option<Decision> {
+        let d = self.trigger.observe(now, totals)?;
+        self.capturing(d.switch.to(), now, mono_ns, totals);
+        Some(d)
+    }
+
+    /// A captured stack of `reason`, taken at `ts_ns`.
+    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, ts_ns: u64) {
+        self.tallies.entry(reason).or_default().add(stack);
+        if let Some(span) = self.spans.iter_mut().rev().find(|s| s.slot == reason) {
+            span.stacks += 1;
+            span.first_stack_ns.get_or_insert(ts_ns);
         }
     }
 
-    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack) {
-        self.tallies.entry(reason).or_default().add(stack);
-    }
-
-    /// An interval of `secs` ended with cumulative per-slot `totals`.
-    pub(crate) fn tick(
+    /// A print interval of `secs` ended with cumulative per-slot `totals`.
+    pub(crate) fn interval(
         &mut self,
         totals: Vec<u64>,
         secs: f64,
         reasons: &Reasons,
         unix_time: f64,
         clock: String,
-    ) -> Tick {
+    ) -> IntervalReport {
         let iv = Interval::between(&self.prev, &totals, secs);
         self.prev = totals;
         let stacks = self.target().map(|t| {
@@ -107,35 +142,26 @@ impl State {
                 stacks,
             }
         });
-        let moved = self.trigger.observe(&iv).map(|switch| {
-            let slot = match switch {
-                Switch::Start(to) | Switch::Move { to, .. } => to,
-            };
-            let share = iv
-                .rows
-                .iter()
-                .find(|r| r.slot == slot)
-                .map_or(0.0, |r| r.share);
-            Move { switch, share }
-        });
-        Tick {
-            report: IntervalReport {
-                unix_time,
-                clock,
-                calls: iv.named(reasons),
-                stacks,
-            },
-            moved,
+        IntervalReport {
+            unix_time,
+            clock,
+            calls: iv.named(reasons),
+            stacks,
         }
     }
 
     /// The summary of the whole run.
     pub(crate) fn finish(&self, end: &End<'_>, reasons: &Reasons) -> Summary {
         let run = Interval::between(&[], end.totals, end.secs);
-        let slot = |s: u32| end.totals.get(s as usize).copied().unwrap_or(0);
         let st = &end.stats;
-        // Every reason captured, the current one last.
-        let mut order = self.order.clone();
+        // Every reason captured, in the order capture first reached it, the
+        // current one last.
+        let mut order: Vec<u32> = Vec::new();
+        for s in &self.spans {
+            if !order.contains(&s.slot) {
+                order.push(s.slot);
+            }
+        }
         if let Some(t) = self.target() {
             order.retain(|&s| s != t);
             order.push(t);
@@ -152,6 +178,22 @@ impl State {
                 }
             })
             .collect();
+        let captures = self
+            .spans
+            .iter()
+            .map(|s| {
+                let (until, at_end) = s.end.unwrap_or((end.secs, count_of(end.totals, s.slot)));
+                CaptureSpan {
+                    reason: reasons.name(s.slot).to_string(),
+                    start: s.start,
+                    end: until,
+                    calls: at_end.wrapping_sub(s.start_count),
+                    stacks: s.stacks,
+                    start_ns: s.start_ns,
+                    first_stack_ns: s.first_stack_ns,
+                }
+            })
+            .collect();
         Summary {
             func: end.func.to_string(),
             mode: end.mode,
@@ -163,18 +205,19 @@ impl State {
             calls: run.named(reasons),
             other_merges: reasons.merged().iter().cloned().collect(),
             drops: Drops {
-                caller_not_found: slot(SLOT_NOT_FOUND),
-                sites_full: slot(SLOT_SITES_FULL),
+                caller_not_found: count_of(end.totals, SLOT_NOT_FOUND),
+                sites_full: count_of(end.totals, SLOT_SITES_FULL),
                 recursion_misses: end.prog.recursion_misses,
                 deep_unwind_failed: st.get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
-                stacks_sampled_out: st.get(Stat::TD_STAT_STACK_SAMPLED_OUT),
-                stacks_rate_capped: st.get(Stat::TD_STAT_STACK_RATE_CAPPED),
-                stacks_ringbuf_full: st.get(Stat::TD_STAT_STACK_RINGBUF_FULL),
+                stacks_sampled_out: st.stack(StackStat::TD_STACK_SAMPLED_OUT),
+                stacks_rate_capped: st.stack(StackStat::TD_STACK_RATE_CAPPED),
+                stacks_ringbuf_full: st.stack(StackStat::TD_STACK_RINGBUF_FULL),
                 own_calls: st.get(Stat::TD_STAT_OWN_CALLS),
             },
             stacks,
-            stacks_matched: st.get(Stat::TD_STAT_STACK_MATCHED),
-            stacks_sent: st.get(Stat::TD_STAT_STACK_EMITTED),
+            captures,
+            stacks_matched: st.stack(StackStat::TD_STACK_MATCHED),
+            stacks_sent: st.stack(StackStat::TD_STACK_EMITTED),
             verify: end.verify_caller.then(|| Verify {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
@@ -189,6 +232,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::trigger::{Config, Switch};
 
     fn reasons() -> Reasons {
         let mut r = Reasons::new(8);
@@ -213,6 +257,18 @@ mod tests {
         }
     }
 
+    fn trigger(auto: bool) -> Trigger {
+        Trigger::new(
+            Config {
+                threshold: 80.0,
+                min_events: 10,
+                min_rate: 20.0,
+                auto,
+            },
+            None,
+        )
+    }
+
     fn end<'a>(t: &'a [u64], stats: Stats) -> End<'a> {
         End {
             func: "deferred_split_folio",
@@ -230,55 +286,55 @@ mod tests {
     }
 
     #[test]
-    fn intervals_are_deltas_and_a_hot_reason_starts_capture() {
+    fn intervals_are_deltas_and_ticks_start_capture_between_them() {
         let r = reasons();
-        let mut s = State::new(Trigger::new(80.0, 10, true, None));
-        let t = s.tick(totals(0, 50, 50), 1.0, &r, 0.0, "c".into());
-        assert_eq!(t.report.calls.total, 100);
-        assert_eq!(t.moved, None);
-        assert_eq!(t.report.stacks, None);
-        let t = s.tick(totals(0, 55, 145), 1.0, &r, 0.0, "c".into());
-        assert_eq!(t.report.calls.total, 100);
-        assert_eq!(t.report.calls.rows[0].reason, "ZAP");
-        assert_eq!(
-            t.moved,
-            Some(Move {
-                switch: Switch::Start(3),
-                share: 95.0
-            })
-        );
-        s.capturing(3);
-        s.add_stack(3, stack("zap"));
-        s.add_stack(3, stack("zap"));
-        let t = s.tick(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
-        let st = t.report.stacks.unwrap();
+        let mut s = State::new(trigger(true));
+        assert!(s.auto());
+        assert!(s.tick(1.0, 1_000, &totals(0, 50, 50)).is_none());
+        let iv = s.interval(totals(0, 50, 50), 1.0, &r, 0.0, "c".into());
+        assert_eq!(iv.calls.total, 100);
+        assert_eq!(iv.stacks, None);
+        assert!(s.tick(2.0, 2_000, &totals(0, 50, 50)).is_none());
+        // A tick 0.1 s later: ZAP alone in the last second.
+        let d = s.tick(2.1, 2_100, &totals(0, 50, 95)).unwrap();
+        assert_eq!(d.switch, Switch::Start(3));
+        assert_eq!(s.target(), Some(3));
+        s.add_stack(3, stack("zap"), 1_150);
+        s.add_stack(3, stack("zap"), 1_160);
+        let iv = s.interval(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
+        assert_eq!(iv.calls.total, 105);
+        let st = iv.stacks.unwrap();
         assert_eq!((st.reason.as_str(), st.captured), ("ZAP", 2));
         // The next interval starts with no stacks.
-        let t = s.tick(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
-        assert_eq!(t.report.stacks.unwrap().captured, 0);
+        let iv = s.interval(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
+        assert_eq!(iv.stacks.unwrap().captured, 0);
     }
 
     #[test]
-    fn the_summary_names_drops_phase_and_every_captured_reason_in_order() {
+    fn the_summary_names_drops_phase_captures_and_stacks_in_order() {
         let r = reasons();
-        let mut s = State::new(Trigger::new(80.0, 1, true, None));
-        s.tick(totals(0, 100, 0), 1.0, &r, 0.0, "c".into());
-        s.capturing(2);
-        s.add_stack(2, stack("fault"));
-        let t = s.tick(totals(0, 100, 100), 1.0, &r, 0.0, "c".into());
-        assert!(t.moved.is_some());
-        s.capturing(3);
-        s.add_stack(3, stack("zap"));
-        let t = totals(4, 100, 100);
-        let stats = Stats::with(&[
-            (Stat::TD_STAT_OWN_CALLS, 5),
-            (Stat::TD_STAT_STACK_RATE_CAPPED, 6),
-            (Stat::TD_STAT_STACK_MATCHED, 9),
-            (Stat::TD_STAT_STACK_EMITTED, 2),
-        ]);
+        let mut s = State::new(trigger(true));
+        assert_eq!(
+            s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
+            Switch::Start(2)
+        );
+        s.add_stack(2, stack("fault"), 520);
+        assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
+        let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
+        assert_eq!(d.switch, Switch::Move { from: 2, to: 3 });
+        s.add_stack(3, stack("zap"), 2_040);
+        let t = totals(4, 130, 500);
+        let stats = Stats::with(
+            &[(Stat::TD_STAT_OWN_CALLS, 5)],
+            &[
+                (StackStat::TD_STACK_RATE_CAPPED, 6),
+                (StackStat::TD_STACK_MATCHED, 9),
+                (StackStat::TD_STACK_EMITTED, 2),
+            ],
+        );
         let sum = s.finish(&end(&t, stats), &r);
         assert_eq!(sum.phase, Phase::StackCapture);
-        assert_eq!(sum.calls.total, 204);
+        assert_eq!(sum.calls.total, 634);
         assert_eq!(sum.drops.caller_not_found, 4);
         assert_eq!(sum.drops.own_calls, 5);
         assert_eq!(sum.drops.stacks_rate_capped, 6);
@@ -286,20 +342,69 @@ mod tests {
         assert_eq!((sum.stacks_matched, sum.stacks_sent), (9, 2));
         let order: Vec<&str> = sum.stacks.iter().map(|s| s.reason.as_str()).collect();
         assert_eq!(order, ["FAULT", "ZAP"]);
+        // FAULT from 0.5 s to 2 s covered 20 of its calls; ZAP from 2 s to
+        // the end (3 s) covered 100.
+        let c = &sum.captures;
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            (
+                c[0].reason.as_str(),
+                c[0].start,
+                c[0].end,
+                c[0].calls,
+                c[0].stacks
+            ),
+            ("FAULT", 0.5, 2.0, 20, 1)
+        );
+        assert_eq!((c[0].start_ns, c[0].first_stack_ns), (500, Some(520)));
+        assert_eq!(
+            (
+                c[1].reason.as_str(),
+                c[1].start,
+                c[1].end,
+                c[1].calls,
+                c[1].stacks
+            ),
+            ("ZAP", 2.0, 3.0, 100, 1)
+        );
         assert_eq!(sum.verify, None);
-        assert_eq!(sum.hot().unwrap().reason, "FAULT");
+        assert_eq!(sum.hot().unwrap().reason, "ZAP");
     }
 
     #[test]
     fn a_counting_run_has_no_stacks_and_verify_when_asked() {
         let r = reasons();
-        let s = State::new(Trigger::new(80.0, 1, false, None));
+        let mut s = State::new(trigger(false));
+        assert!(!s.auto());
+        assert!(s.tick(1.0, 0, &totals(0, 100, 0)).is_none());
         let t = totals(0, 1, 0);
-        let mut e = end(&t, Stats::with(&[(Stat::TD_STAT_VERIFY_CHECKED, 1)]));
+        let mut e = end(&t, Stats::with(&[(Stat::TD_STAT_VERIFY_CHECKED, 1)], &[]));
         e.verify_caller = true;
         let sum = s.finish(&e, &r);
         assert_eq!(sum.phase, Phase::Counting);
-        assert!(sum.stacks.is_empty());
+        assert!(sum.stacks.is_empty() && sum.captures.is_empty());
         assert_eq!(sum.verify.unwrap().checked, 1);
+    }
+
+    #[test]
+    fn a_stack_on_run_is_one_capture_from_the_start() {
+        let r = reasons();
+        let mut s = State::new(Trigger::new(
+            Config {
+                threshold: 80.0,
+                min_events: 1,
+                min_rate: 0.0,
+                auto: true,
+            },
+            Some(2),
+        ));
+        s.capturing(2, 0.0, 7, &totals(0, 0, 0));
+        // Pinned: a hot ZAP moves nothing.
+        assert!(s.tick(1.0, 0, &totals(0, 0, 500)).is_none());
+        let t = totals(0, 10, 500);
+        let sum = s.finish(&end(&t, Stats::default()), &r);
+        assert_eq!(sum.captures.len(), 1);
+        assert_eq!((sum.captures[0].calls, sum.captures[0].end), (10, 3.0));
+        assert_eq!(sum.captures[0].first_stack_ns, None);
     }
 }

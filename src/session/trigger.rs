@@ -1,7 +1,28 @@
-//! When stack capture switches on by itself, and for which reason.
+//! When stack capture starts or moves by itself, and for which reason.
+//!
+//! Decided on every tick (50 ms), whatever the print interval, over the
+//! calls of the last second: a reason takes over when its share of those
+//! calls is at least the threshold with 95% confidence (a small sample must
+//! be unanimous), it made at least `min_events` of them, and at least
+//! `min_rate` per second since its first call in that second (so a burst
+//! after a quiet spell counts at its own rate, not spread over the second). Capture stays on a reason until another one takes
+//! over; a move needs the current reason to have held capture for a second
+//! and, if the current one still qualifies, the new one to lead it by ten
+//! points, so two reasons near the threshold do not flap.
+
+use std::collections::VecDeque;
 
 use crate::reasons::Reasons;
-use crate::session::rates::Interval;
+
+/// The span of calls a decision looks at.
+pub(crate) const WINDOW: f64 = 1.0;
+/// Least time a reason keeps capture before it can move.
+const DWELL: f64 = 1.0;
+/// How far (percentage points) a new reason must lead a current one that
+/// still qualifies.
+const MARGIN: f64 = 10.0;
+/// z for a two-sided 95% Wilson interval.
+const Z: f64 = 1.96;
 
 /// A change of the reason whose stacks are captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,56 +31,165 @@ pub(crate) enum Switch {
     Move { from: u32, to: u32 },
 }
 
-/// Watches each interval for a reason at or above the threshold.
+impl Switch {
+    pub(crate) fn to(self) -> u32 {
+        match self {
+            Switch::Start(to) | Switch::Move { to, .. } => to,
+        }
+    }
+}
+
+/// A switch and the figures behind it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Decision {
+    pub(crate) switch: Switch,
+    /// The new reason's share (percent) and calls in the window.
+    pub(crate) share: f64,
+    pub(crate) calls: u64,
+    /// The window's length in seconds.
+    pub(crate) span: f64,
+}
+
+/// The flags behind the decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Config {
+    /// Percent of the window's calls.
+    pub(crate) threshold: f64,
+    /// Calls of the reason in the window.
+    pub(crate) min_events: u64,
+    /// Calls of the reason per second over the window.
+    pub(crate) min_rate: f64,
+    /// Start and move capture by itself.
+    pub(crate) auto: bool,
+}
+
+/// The lower bound of the Wilson score interval for `k` of `n`.
+fn wilson_lower(k: u64, n: u64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let (k, n) = (k as f64, n as f64);
+    let p = k / n;
+    let z2 = Z * Z;
+    let center = p + z2 / (2.0 * n);
+    let spread = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    (center - spread) / (1.0 + z2 / n)
+}
+
+/// Whether `k` of `n` calls show a share of at least `threshold` percent:
+/// the Wilson lower bound reaches it, or, for samples too small for the
+/// bound ever to reach it, all `n` calls are the reason's.
+fn confident(k: u64, n: u64, threshold: f64) -> bool {
+    if n == 0 {
+        return false;
+    }
+    let unanimous = n as f64 / (n as f64 + Z * Z);
+    wilson_lower(k, n) + 1e-12 >= (threshold / 100.0).min(unanimous)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Trigger {
-    threshold: f64,
-    min_events: u64,
-    auto: bool,
+    cfg: Config,
     target: Option<u32>,
+    /// (seconds since start, cumulative per-slot totals), oldest first:
+    /// the last WINDOW seconds and the newest snapshot before them.
+    window: VecDeque<(f64, Vec<u64>)>,
+    /// When capture last switched.
+    switched: f64,
 }
 
 impl Trigger {
     /// `pinned` is a reason chosen with --stack-on: captured from the start
     /// and never moved away from.
-    pub(crate) fn new(threshold: f64, min_events: u64, auto: bool, pinned: Option<u32>) -> Self {
+    pub(crate) fn new(cfg: Config, pinned: Option<u32>) -> Self {
         Trigger {
-            threshold,
-            min_events,
-            auto: auto && pinned.is_none(),
+            cfg: Config {
+                auto: cfg.auto && pinned.is_none(),
+                ..cfg
+            },
             target: pinned,
+            window: VecDeque::from([(0.0, Vec::new())]),
+            switched: 0.0,
         }
     }
 
     pub(crate) fn threshold(&self) -> f64 {
-        self.threshold
+        self.cfg.threshold
     }
 
     pub(crate) fn target(&self) -> Option<u32> {
         self.target
     }
 
-    /// The switch an interval calls for, if any: its hottest reason has at
-    /// least `threshold` percent of the calls and at least `min_events`
-    /// calls, and is not the one captured already.
-    pub(crate) fn observe(&mut self, iv: &Interval) -> Option<Switch> {
-        if !self.auto {
+    /// Whether the trigger needs the counters on every tick.
+    pub(crate) fn auto(&self) -> bool {
+        self.cfg.auto
+    }
+
+    /// Takes the cumulative totals at `now` (seconds since start) and
+    /// returns the switch they call for, if any.
+    pub(crate) fn observe(&mut self, now: f64, totals: &[u64]) -> Option<Decision> {
+        if !self.cfg.auto {
             return None;
         }
-        let hot = iv.rows.iter().find(|r| !Reasons::is_special(r.slot))?;
-        if hot.share < self.threshold || hot.count < self.min_events {
+        self.window.push_back((now, totals.to_vec()));
+        while self.window.len() > 2 && self.window[1].0 <= now - WINDOW {
+            self.window.pop_front();
+        }
+        let (then, base) = self.window.front()?;
+        let span = now - then;
+        let delta = |slot: usize| totals[slot].wrapping_sub(base.get(slot).copied().unwrap_or(0));
+        let deltas: Vec<u64> = (0..totals.len()).map(delta).collect();
+        let n: u64 = deltas.iter().fold(0, |a, &d| a.wrapping_add(d));
+        // The reason with the most calls; ties go to the lower slot.
+        let (hot, &k) = deltas
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| !Reasons::is_special(*s as u32))
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))?;
+        let hot = hot as u32;
+        let share = 100.0 * k as f64 / n.max(1) as f64;
+        // Its calls began after the last snapshot that still had none of
+        // them (at the latest, the one before now).
+        let began = self
+            .window
+            .iter()
+            .take(self.window.len() - 1)
+            .rev()
+            .find(|(_, t)| {
+                t.get(hot as usize).copied().unwrap_or(0)
+                    == base.get(hot as usize).copied().unwrap_or(0)
+            })
+            .map_or(*then, |(t, _)| *t);
+        let active = now - began;
+        if k == 0
+            || active <= 0.0
+            || k < self.cfg.min_events
+            || (k as f64) / active < self.cfg.min_rate
+            || !confident(k, n, self.cfg.threshold)
+            || self.target == Some(hot)
+        {
             return None;
         }
         let switch = match self.target {
-            None => Switch::Start(hot.slot),
-            Some(t) if t != hot.slot => Switch::Move {
-                from: t,
-                to: hot.slot,
-            },
-            Some(_) => return None,
+            None => Switch::Start(hot),
+            Some(cur) => {
+                let cur_share = 100.0 * deltas[cur as usize] as f64 / n as f64;
+                let still = confident(deltas[cur as usize], n, self.cfg.threshold);
+                if now - self.switched < DWELL || (still && share < cur_share + MARGIN) {
+                    return None;
+                }
+                Switch::Move { from: cur, to: hot }
+            }
         };
-        self.target = Some(hot.slot);
-        Some(switch)
+        self.target = Some(hot);
+        self.switched = now;
+        Some(Decision {
+            switch,
+            share,
+            calls: k,
+            span,
+        })
     }
 }
 
@@ -68,68 +198,176 @@ mod tests {
     use super::*;
     use crate::bpf::abi::SLOT_NOT_FOUND;
 
-    fn iv(counts: &[(u32, u64)]) -> Interval {
-        let mut d = vec![0u64; 8];
-        for &(s, n) in counts {
-            d[s as usize] = n;
+    fn cfg() -> Config {
+        Config {
+            threshold: 80.0,
+            min_events: 10,
+            min_rate: 20.0,
+            auto: true,
         }
-        Interval::from_deltas(&d, 1.0)
+    }
+
+    /// Feeds cumulative (slot, count) pairs at `now`.
+    fn at(t: &mut Trigger, now: f64, counts: &[(u32, u64)]) -> Option<Switch> {
+        let mut totals = vec![0u64; 8];
+        for &(s, n) in counts {
+            totals[s as usize] = n;
+        }
+        t.observe(now, &totals).map(|d| d.switch)
     }
 
     #[test]
-    fn starts_exactly_at_the_threshold() {
-        let mut t = Trigger::new(80.0, 10, true, None);
-        assert_eq!(t.observe(&iv(&[(2, 79), (3, 21)])), None);
-        assert_eq!(t.observe(&iv(&[(2, 80), (3, 20)])), Some(Switch::Start(2)));
-        assert_eq!(t.target(), Some(2));
-        // Staying hot changes nothing.
-        assert_eq!(t.observe(&iv(&[(2, 90), (3, 10)])), None);
+    fn the_wilson_bound_and_small_samples() {
+        assert!((wilson_lower(80, 100) - 0.711).abs() < 0.001);
+        assert_eq!(wilson_lower(0, 0), 0.0);
+        // 10 of 10: the bound (0.72) is below 80%, but a sample that size
+        // can do no better: unanimous is enough.
+        assert!(confident(10, 10, 80.0));
+        assert!(!confident(9, 10, 80.0));
+        // Large samples need the share with confidence.
+        assert!(confident(900, 1000, 80.0));
+        assert!(!confident(810, 1000, 80.0));
+        assert!(confident(1000, 1000, 100.0));
+        assert!(!confident(999, 1000, 100.0));
     }
 
     #[test]
-    fn needs_min_events() {
-        let mut t = Trigger::new(80.0, 100, true, None);
-        assert_eq!(t.observe(&iv(&[(2, 99)])), None);
-        assert_eq!(t.observe(&iv(&[(2, 100)])), Some(Switch::Start(2)));
+    fn a_spike_after_quiet_starts_capture_on_the_first_tick() {
+        let mut t = Trigger::new(cfg(), None);
+        for i in 1..=50 {
+            assert_eq!(at(&mut t, i as f64 / 10.0, &[]), None);
+        }
+        // 8 calls of slot 3 in the last 100 ms: fewer than min_events...
+        let mut t2 = t.clone();
+        assert_eq!(at(&mut t2, 5.1, &[(3, 8)]), None);
+        // ...but 12 in 100 ms are 120 per second since its first call.
+        assert_eq!(at(&mut t, 5.1, &[(3, 12)]), Some(Switch::Start(3)));
+        assert_eq!(t.target(), Some(3));
+        assert_eq!(at(&mut t, 5.2, &[(3, 60)]), None);
     }
 
     #[test]
-    fn moves_to_a_new_hot_reason_and_keeps_the_old_one_when_nothing_is_hot() {
-        let mut t = Trigger::new(80.0, 1, true, None);
-        t.observe(&iv(&[(2, 100)]));
-        assert_eq!(t.observe(&iv(&[(2, 50), (3, 50)])), None);
-        assert_eq!(t.target(), Some(2));
+    fn a_steady_trickle_is_below_the_rate() {
+        // One reason alone, 15 calls a second: unanimous, but too slow.
+        let mut t = Trigger::new(cfg(), None);
+        for i in 1..=100u64 {
+            let n = (15 * i).div_ceil(10);
+            assert_eq!(at(&mut t, i as f64 / 10.0, &[(2, n)]), None, "tick {i}");
+        }
+        // 25 a second: it starts once ten calls are in the window.
+        let mut t = Trigger::new(cfg(), None);
+        let started = (1..=100u64)
+            .find(|&i| at(&mut t, i as f64 / 10.0, &[(2, 25 * i / 10)]).is_some())
+            .unwrap();
+        assert_eq!(started, 4);
+    }
+
+    #[test]
+    fn the_window_forgets_what_is_older_than_a_second() {
+        let mut t = Trigger::new(cfg(), None);
+        // A 50/50 mix for five seconds: never.
+        for i in 1..=50u64 {
+            assert_eq!(
+                at(&mut t, i as f64 / 10.0, &[(2, 10 * i), (3, 10 * i)]),
+                None
+            );
+        }
+        // Then slot 3 alone: once the old mix has left the window.
+        let mut started = None;
+        for i in 51..=80u64 {
+            if let Some(sw) = at(
+                &mut t,
+                i as f64 / 10.0,
+                &[(2, 500), (3, 500 + 20 * (i - 50))],
+            ) {
+                started = Some((i, sw));
+                break;
+            }
+        }
+        let (i, sw) = started.expect("capture started");
+        assert_eq!(sw, Switch::Start(3));
+        // 80% of the last second: after 0.7-0.8 s of slot 3 alone.
+        assert!((57..=59).contains(&i), "started at tick {i}");
+    }
+
+    #[test]
+    fn a_noisy_mix_below_the_threshold_never_starts() {
+        // 70/30 with noise, 100 calls a second: the bound stays below 80%.
+        let mut t = Trigger::new(cfg(), None);
+        let (mut a, mut b) = (0u64, 0u64);
+        for i in 1..=600u64 {
+            let burst = if i % 7 == 0 { 10 } else { 7 };
+            a += burst;
+            b += 3;
+            assert_eq!(
+                at(&mut t, i as f64 / 10.0, &[(2, a), (3, b)]),
+                None,
+                "tick {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn moves_need_a_second_of_dwell_and_a_clear_lead() {
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 0.5, &[(2, 100)]), Some(Switch::Start(2)));
+        // Slot 3 takes over at once, but capture moved 0.1 s ago.
+        assert_eq!(at(&mut t, 0.6, &[(2, 100), (3, 1000)]), None);
         assert_eq!(
-            t.observe(&iv(&[(2, 5), (3, 95)])),
+            at(&mut t, 1.6, &[(2, 100), (3, 3000)]),
+            Some(Switch::Move { from: 2, to: 3 })
+        );
+        // With a low threshold both qualify; the leader needs ten points.
+        let low = Config {
+            threshold: 30.0,
+            ..cfg()
+        };
+        let mut t = Trigger::new(low, None);
+        assert_eq!(
+            at(&mut t, 0.5, &[(2, 500), (3, 400)]),
+            Some(Switch::Start(2))
+        );
+        assert_eq!(
+            at(&mut t, 2.0, &[(2, 1000), (3, 950)]),
+            None,
+            "46/54: no lead"
+        );
+        assert_eq!(
+            at(&mut t, 3.0, &[(2, 1300), (3, 1650)]),
             Some(Switch::Move { from: 2, to: 3 })
         );
     }
 
     #[test]
-    fn no_auto_never_switches() {
-        let mut t = Trigger::new(80.0, 1, false, None);
-        assert_eq!(t.observe(&iv(&[(2, 100)])), None);
+    fn no_auto_pinned_and_special_slots() {
+        let mut t = Trigger::new(
+            Config {
+                auto: false,
+                ..cfg()
+            },
+            None,
+        );
+        assert_eq!(at(&mut t, 1.0, &[(2, 100)]), None);
         assert_eq!(t.target(), None);
-    }
-
-    #[test]
-    fn a_pinned_reason_is_kept() {
-        let mut t = Trigger::new(80.0, 1, true, Some(4));
+        let mut t = Trigger::new(cfg(), Some(4));
         assert_eq!(t.target(), Some(4));
-        assert_eq!(t.observe(&iv(&[(2, 100)])), None);
-        assert_eq!(t.target(), Some(4));
+        assert!(!t.auto());
+        assert_eq!(at(&mut t, 1.0, &[(2, 100)]), None);
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 1.0, &[(SLOT_NOT_FOUND, 100)]), None);
+        assert_eq!(at(&mut t, 2.0, &[(SLOT_NOT_FOUND, 190), (2, 10)]), None);
     }
 
     #[test]
-    fn special_slots_are_never_targets() {
-        let mut t = Trigger::new(80.0, 1, true, None);
-        assert_eq!(t.observe(&iv(&[(SLOT_NOT_FOUND, 100)])), None);
-        assert_eq!(t.observe(&iv(&[(SLOT_NOT_FOUND, 90), (2, 10)])), None);
-    }
-
-    #[test]
-    fn empty_interval_changes_nothing() {
-        let mut t = Trigger::new(80.0, 0, true, None);
-        assert_eq!(t.observe(&iv(&[])), None);
+    fn min_events_counts_calls_in_the_window() {
+        let mut t = Trigger::new(
+            Config {
+                min_events: 100,
+                ..cfg()
+            },
+            None,
+        );
+        assert_eq!(at(&mut t, 1.0, &[(2, 99)]), None);
+        assert_eq!(at(&mut t, 1.1, &[(2, 110)]), Some(Switch::Start(2)));
     }
 }
