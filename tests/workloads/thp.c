@@ -28,6 +28,12 @@
  *                        SIGUSR1: a tracer can start after the faults and see only unmaps.
  *   --unmap-gap-ms N     sleep N ms before each half munmap (default 0), to spread them
  *                        over time.
+ *   --mix M              after the other phases: M regions, each faulted in as a THP and
+ *                        at once half unmapped, so THP faults and half unmaps alternate
+ *                        (a steady 50/50 mix of the two deferred-split callers).
+ *   --stamps FILE        write one line "fault NS" or "munmap NS" to FILE just before each
+ *                        THP fault of --faults and --mix and each half munmap, NS being
+ *                        CLOCK_MONOTONIC in nanoseconds (the clock of bpf_ktime_get_ns).
  *
  * Checks: after each step it reads /proc/self/smaps and requires, for every region,
  * exactly the expected VMA: after a THP fault or a collapse AnonHugePages 2048 kB (a
@@ -109,7 +115,8 @@
 
 static const char usage_text[] =
 	"usage: thp [--faults F] [--munmap-halves P] [--dontneed-halves Q] [--collapse C]\n"
-	"           [--repeat R] [--hold-ms N] [--wait-usr1] [--unmap-gap-ms N]\n"
+	"           [--repeat R] [--hold-ms N] [--wait-usr1] [--unmap-gap-ms N] [--mix M]\n"
+	"           [--stamps FILE]\n"
 	"\n"
 	"Transparent-huge-page workload with exact effects (x86-64, run as root).\n"
 	"Each region is a 2 MiB-aligned 2 MiB anonymous mapping and a VMA of its own.\n"
@@ -126,6 +133,10 @@ static const char usage_text[] =
 	"  --wait-usr1          round 1: after the --munmap-halves faults, print \"thp: ready\"\n"
 	"                       and wait for SIGUSR1 before unmapping the halves.\n"
 	"  --unmap-gap-ms N     sleep N ms before each half munmap (default 0).\n"
+	"  --mix M              after the rest: M regions, each a THP fault then at once a\n"
+	"                       half munmap (faults and half unmaps alternate).\n"
+	"  --stamps FILE        write \"fault NS\" / \"munmap NS\" (CLOCK_MONOTONIC) to FILE\n"
+	"                       before each THP fault of --faults/--mix and each half munmap.\n"
 	"\n"
 	"Every step is verified in /proc/self/smaps (AnonHugePages / Rss of the region's VMA);\n"
 	"a mismatch is reported as \"thp: error: ...\" with exit status 1.  khugepaged is put\n"
@@ -511,6 +522,19 @@ static void wait_usr1(void)
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
+static FILE *stamps;
+
+/* Writes "KIND NS" to the --stamps file, NS being CLOCK_MONOTONIC nanoseconds. */
+static void stamp(const char *kind)
+{
+	struct timespec ts;
+
+	if (!stamps)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	fprintf(stamps, "%s %lld\n", kind, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -540,9 +564,9 @@ static long parse_count(const char *opt, const char *s)
 int main(int argc, char **argv)
 {
 	long faults = 0, munmaps = 0, dontneeds = 0, collapses = 0, repeat = 1, hold_ms = 0;
-	long unmap_gap_ms = 0;
+	long unmap_gap_ms = 0, mixes = 0;
 	int wait_for_usr1 = 0;
-	long done_f = 0, done_m = 0, done_d = 0, done_c = 0;
+	long done_f = 0, done_m = 0, done_d = 0, done_c = 0, done_x = 0;
 	char buf[64];
 
 	for (int i = 1; i < argc; i++) {
@@ -565,6 +589,17 @@ int main(int argc, char **argv)
 			hold_ms = parse_count(a, v), i++;
 		} else if (!strcmp(a, "--unmap-gap-ms")) {
 			unmap_gap_ms = parse_count(a, v), i++;
+		} else if (!strcmp(a, "--mix")) {
+			mixes = parse_count(a, v), i++;
+		} else if (!strcmp(a, "--stamps")) {
+			if (!v) {
+				fprintf(stderr, "thp: --stamps needs a value (see --help)\n");
+				return 2;
+			}
+			stamps = fopen(v, "w");
+			if (!stamps)
+				die("cannot write %s: %s", v, strerror(errno));
+			i++;
 		} else if (!strcmp(a, "--wait-usr1")) {
 			wait_for_usr1 = 1;
 		} else {
@@ -604,6 +639,7 @@ int main(int argc, char **argv)
 		/* Phase 1: THP faults, left mapped. */
 		for (i = 0; i < (size_t)faults; i++) {
 			map_region(f + i * STRIDE, MADV_HUGEPAGE);
+			stamp("fault");
 			touch_region(f + i * STRIDE);
 		}
 		read_smaps();
@@ -625,6 +661,7 @@ int main(int argc, char **argv)
 		for (i = 0; i < (size_t)munmaps; i++) {
 			if (unmap_gap_ms)
 				sleep_ms(unmap_gap_ms);
+			stamp("munmap");
 			if (munmap(m + i * STRIDE + HALF, HALF) < 0)
 				die("munmap of upper half at %p: %s", (void *)(m + i * STRIDE + HALF),
 				    strerror(errno));
@@ -682,11 +719,37 @@ int main(int argc, char **argv)
 		done_c += collapses;
 	}
 
+	/* The mix: a THP fault, then at once a half munmap, region by region. */
+	if (mixes > 0) {
+		size_t len, i;
+		char *res, *x = map_aligned_reservation(mixes, &res, &len);
+
+		for (i = 0; i < (size_t)mixes; i++) {
+			char *a = x + i * STRIDE;
+
+			map_region(a, MADV_HUGEPAGE);
+			stamp("fault");
+			touch_region(a);
+			stamp("munmap");
+			if (munmap(a + HALF, HALF) < 0)
+				die("munmap of upper half at %p: %s", (void *)(a + HALF), strerror(errno));
+		}
+		read_smaps();
+		for (i = 0; i < (size_t)mixes; i++)
+			expect_region("mix", "a THP fault and munmap of the upper half", i,
+				      x + i * STRIDE, HALF, 1024, 0);
+		done_x = mixes;
+	}
+	if (stamps && fclose(stamps) != 0)
+		die("writing the --stamps file: %s", strerror(errno));
+
 	printf("thp: faults=%ld (THP faults, left mapped)\n", done_f);
 	printf("thp: munmap_halves=%ld (THP faults, then munmap of the upper 1 MiB)\n", done_m);
 	printf("thp: dontneed_halves=%ld (THP faults, then MADV_DONTNEED of the upper 1 MiB)\n",
 	       done_d);
 	printf("thp: collapses=%ld (small pages collapsed into a THP by MADV_COLLAPSE)\n", done_c);
+	if (mixes > 0)
+		printf("thp: mix=%ld (a THP fault, then munmap of its upper 1 MiB)\n", done_x);
 	printf("thp: faults=%ld munmap_halves=%ld dontneed_halves=%ld collapses=%ld\n", done_f,
 	       done_m, done_d, done_c);
 	fflush(stdout);

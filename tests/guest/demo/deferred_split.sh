@@ -4,9 +4,9 @@
 need_cmd topdown thp
 need_func deferred_split_folio
 
-echo "### topdown deferred_split_folio -i 1 -d 10 --min-events 10"
+echo "### topdown deferred_split_folio -i 1 -d 10"
 # Both streams through one pipe keep notices next to the interval that caused them.
-topdown deferred_split_folio -i 1 -d 10 --min-events 10 2>&1 | tee "$TD_TMP/out" &
+topdown deferred_split_folio -i 1 -d 10 2>&1 | tee "$TD_TMP/out" &
 td=$!
 wait_line "$TD_TMP/out" "Ctrl-C to end"
 sleep 0.5
