@@ -1,9 +1,10 @@
 //! Command-line interface: the flags and their syntax, nothing more.
 //! `plan` turns them into what to do.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::reasons::MAX_REASONS;
@@ -20,30 +21,39 @@ the stacks of one reason when it dominates (tier 2, on demand).\n\n\
 Every interval topdown prints, per reason, the calls in the interval, their rate and their share \
 of the total. A reason is, by default, the calling function; a profile groups call sites into named \
 reasons. When one reason reaches --threshold percent of the calls of the last second (checked every \
-50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.",
-    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto"
+50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.\n\n\
+`topdown pin FUNC` leaves tier 1 counting with no topdown process running; `topdown show`, \
+`topdown serve` (Prometheus) and `topdown FUNC` read it; `topdown unpin FUNC` removes it.",
+    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto\n  topdown pin deferred_split_folio && topdown show",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 pub struct Cli {
-    /// Kernel function to trace.
-    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
-    pub func: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
 
-    /// Seconds between reports.
-    #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
-    pub interval: f64,
+    /// `topdown FUNC ...`: the same as `topdown trace FUNC ...`.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
 
-    /// Stop after SECS seconds and print the summary.
-    #[arg(short, long, value_name = "SECS", value_parser = duration_secs)]
-    pub duration: Option<f64>,
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace FUNC, as `topdown FUNC` does (for a function named like a command).
+    Trace(TraceArgs),
+    /// Attach tier 1 for FUNC and pin it in bpffs: it keeps counting with no topdown running.
+    Pin(PinArgs),
+    /// Print pinned functions' calls per reason since they were pinned.
+    Show(ShowArgs),
+    /// Detach pinned functions and remove their pins.
+    Unpin(UnpinArgs),
+    /// Serve every pinned function's counters to Prometheus (OpenMetrics text on /metrics).
+    Serve(ServeArgs),
+}
 
-    /// Use fentry only (no kprobe fallback).
-    #[arg(long, conflicts_with = "kprobe")]
-    pub fentry: bool,
-
-    /// Use a kprobe instead of fentry.
-    #[arg(long)]
-    pub kprobe: bool,
-
+/// How callers are grouped into reasons.
+#[derive(Debug, Clone, Args)]
+pub struct ProfileArgs {
     /// Reason profile file (TOML); see topdown(8).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["profile", "no_profile"])]
     pub reasons: Option<PathBuf>,
@@ -60,14 +70,6 @@ pub struct Cli {
     #[arg(long, value_name = "RULES", conflicts_with_all = ["reasons", "profile", "no_profile"])]
     pub rules: Option<String>,
 
-    /// Print the reason profile as resolved on this kernel, and exit.
-    #[arg(long)]
-    pub list_reasons: bool,
-
-    /// List the built-in profiles, and exit.
-    #[arg(long)]
-    pub list_profiles: bool,
-
     /// Debug vmlinux: inlined frames and file:line in stacks, inlined and file: callers in profiles.
     #[arg(long, value_name = "PATH")]
     pub vmlinux: Option<PathBuf>,
@@ -76,6 +78,65 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=MAX_REASONS as i64))]
     pub max_reasons: u32,
+}
+
+/// How the function is hooked.
+#[derive(Debug, Clone, Args)]
+pub struct ModeArgs {
+    /// Use fentry only (no kprobe fallback).
+    #[arg(long, conflicts_with = "kprobe")]
+    pub fentry: bool,
+
+    /// Use a kprobe instead of fentry.
+    #[arg(long)]
+    pub kprobe: bool,
+}
+
+/// What a captured stack holds (fixed when the program is loaded).
+#[derive(Debug, Clone, Args)]
+pub struct CaptureArgs {
+    /// Keep 1 in N of the reason's calls for stacks.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample: u32,
+
+    /// Frames captured per stack, kernel and (with -U) user (at most 127).
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_FRAMES as i64))]
+    pub depth: u32,
+
+    /// Capture user-space stacks too.
+    #[arg(short = 'U', long)]
+    pub user_stacks: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TraceArgs {
+    /// Kernel function to trace.
+    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
+    pub func: Option<String>,
+
+    /// Seconds between reports.
+    #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
+    pub interval: f64,
+
+    /// Stop after SECS seconds and print the summary.
+    #[arg(short, long, value_name = "SECS", value_parser = duration_secs)]
+    pub duration: Option<f64>,
+
+    #[command(flatten)]
+    pub mode: ModeArgs,
+
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+
+    /// Print the reason profile as resolved on this kernel, and exit.
+    #[arg(long)]
+    pub list_reasons: bool,
+
+    /// List the built-in profiles, and exit.
+    #[arg(long)]
+    pub list_profiles: bool,
 
     /// Capture stacks of REASON from the start.
     #[arg(long, value_name = "REASON")]
@@ -102,23 +163,12 @@ pub struct Cli {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rate: u64,
 
-    /// Keep 1 in N of the reason's calls for stacks.
-    #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub sample: u32,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
 
     /// Distinct stacks shown per interval and in the summary.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub top: usize,
-
-    /// Frames captured per stack, kernel and (with -U) user (at most 127).
-    #[arg(long, value_name = "N", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_FRAMES as i64))]
-    pub depth: u32,
-
-    /// Capture user-space stacks too.
-    #[arg(short = 'U', long)]
-    pub user_stacks: bool,
 
     /// Write captured stacks, folded (flame graph input), to FILE at exit.
     #[arg(long, value_name = "FILE")]
@@ -143,6 +193,59 @@ pub struct Cli {
     /// Print only the summary at the end, not every interval.
     #[arg(short, long, action = ArgAction::SetTrue)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PinArgs {
+    /// Kernel function to count.
+    #[arg(value_name = "FUNC")]
+    pub func: String,
+
+    #[command(flatten)]
+    pub mode: ModeArgs,
+
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+
+    /// Show libbpf's own messages (verifier logs, attach details).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// Pinned functions to show (default: all).
+    #[arg(value_name = "FUNC")]
+    pub funcs: Vec<String>,
+
+    /// Print NDJSON, one object per function.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UnpinArgs {
+    /// Pinned functions to remove.
+    #[arg(
+        value_name = "FUNC",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub funcs: Vec<String>,
+
+    /// Remove every pinned function.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476")]
+    pub listen: SocketAddr,
 }
 
 /// The empty program --companion attaches.
@@ -199,10 +302,45 @@ mod tests {
     #[test]
     fn defaults() {
         let c = Cli::try_parse_from(["topdown", "deferred_split_folio"]).unwrap();
-        assert_eq!(c.interval, 1.0);
-        assert_eq!(c.threshold, 80.0);
-        assert_eq!(c.duration, None);
-        assert!(!c.fentry && !c.kprobe);
+        assert!(c.command.is_none());
+        let t = c.trace;
+        assert_eq!(t.func.as_deref(), Some("deferred_split_folio"));
+        assert_eq!(t.interval, 1.0);
+        assert_eq!(t.threshold, 80.0);
+        assert_eq!(t.duration, None);
+        assert!(!t.mode.fentry && !t.mode.kprobe);
+    }
+
+    #[test]
+    fn commands_and_the_trace_shorthand() {
+        // After an option, a command's name is FUNC.
+        let c = Cli::try_parse_from(["topdown", "-i", "2", "show"]).unwrap();
+        assert!(c.command.is_none());
+        assert_eq!(c.trace.func.as_deref(), Some("show"));
+        let c = Cli::try_parse_from(["topdown", "trace", "show", "-i", "2"]).unwrap();
+        let Some(Command::Trace(t)) = c.command else {
+            panic!("{c:?}")
+        };
+        assert_eq!((t.func.as_deref(), t.interval), (Some("show"), 2.0));
+        let c = Cli::try_parse_from(["topdown", "pin", "vfs_read", "--kprobe", "-U"]).unwrap();
+        let Some(Command::Pin(p)) = c.command else {
+            panic!("{c:?}")
+        };
+        assert!(p.mode.kprobe && p.capture.user_stacks);
+        let c = Cli::try_parse_from(["topdown", "show"]).unwrap();
+        assert!(
+            matches!(c.command, Some(Command::Show(ShowArgs { ref funcs, .. })) if funcs.is_empty())
+        );
+        let c = Cli::try_parse_from(["topdown", "unpin", "--all"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Unpin(UnpinArgs { all: true, .. }))
+        ));
+        let c = Cli::try_parse_from(["topdown", "serve"]).unwrap();
+        let Some(Command::Serve(s)) = c.command else {
+            panic!("{c:?}")
+        };
+        assert!(s.listen.ip().is_loopback(), "localhost by default");
     }
 
     #[test]
@@ -221,6 +359,10 @@ mod tests {
             &["topdown", "f", "--max-reasons", "254"],
             &["topdown", "f", "--companion", "kprobe"],
             &["topdown"],
+            &["topdown", "unpin"],
+            &["topdown", "unpin", "f", "--all"],
+            &["topdown", "pin"],
+            &["topdown", "serve", "--listen", "nowhere"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }

@@ -4,8 +4,10 @@
 //! validated into one job) → `host` (what the kernel allows) → `profile`
 //! (reasons resolved on this kernel and compiled for BPF) → `bpf` (load,
 //! attach, read the maps) → `session` (the interval loop and its
-//! decisions) → `report` (text, JSON, folded stacks). `jobs` wires the
-//! stages for each job; `main.rs` only dispatches.
+//! decisions) → `report` (text, JSON, folded stacks, OpenMetrics). `jobs`
+//! wires the stages for each job; `main.rs` only dispatches. `bpf::pin`
+//! keeps tier 1 in bpffs for `pin`, `show`, `unpin` and `serve` (the HTTP
+//! side of which is `serve`).
 
 mod bpf;
 pub mod cli;
@@ -17,6 +19,7 @@ pub mod plan;
 mod profile;
 mod reasons;
 mod report;
+mod serve;
 mod session;
 mod symbolize;
 mod version;

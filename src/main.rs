@@ -23,6 +23,10 @@ fn main() -> ExitCode {
             Job::ListProfiles => jobs::list_profiles(),
             Job::ListReasons(target) => jobs::list_reasons(&target),
             Job::Trace(trace) => jobs::trace(*trace),
+            Job::Pin(pin) => jobs::pin(*pin),
+            Job::Show { funcs, json } => jobs::show(&funcs, json),
+            Job::Unpin { funcs } => jobs::unpin(&funcs),
+            Job::Serve { listen } => jobs::serve(listen),
         }
     });
     match result {

@@ -2,12 +2,13 @@
 //! what. Everything that needs only the command line (and the files it
 //! names) is checked here, before the kernel is asked anything.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bpf::attach::Request;
 use crate::bpf::probe::{Companion, Mode};
-use crate::cli::{Cli, CompanionKind};
+use crate::cli::{CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, TraceArgs};
 use crate::error::{Error, Result};
 use crate::profile::{self, Profile};
 use crate::session::{self, TriggerConfig};
@@ -28,6 +29,31 @@ pub enum Job {
     ListReasons(Target),
     /// Count calls, capture stacks, report.
     Trace(Box<Trace>),
+    /// Attach tier 1 and pin it.
+    Pin(Box<Pin>),
+    /// Print pinned functions' totals (all if none is named).
+    Show { funcs: Vec<String>, json: bool },
+    /// Remove pinned functions (all if none is named).
+    Unpin { funcs: Vec<String> },
+    /// Serve the pinned functions' counters.
+    Serve { listen: SocketAddr },
+}
+
+/// What is fixed when the counting program is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    pub(crate) request: Request,
+    pub(crate) user_stacks: bool,
+    pub(crate) depth: u32,
+    pub(crate) sample: u32,
+}
+
+/// Tier 1 to pin.
+#[derive(Debug)]
+pub struct Pin {
+    pub(crate) target: Target,
+    pub(crate) max_reasons: usize,
+    pub(crate) load: Load,
 }
 
 /// The traced function and how its callers are grouped into reasons.
@@ -47,51 +73,73 @@ pub struct Target {
 #[derive(Debug)]
 pub struct Trace {
     pub(crate) target: Target,
-    pub(crate) request: Request,
+    pub(crate) load: Load,
     pub(crate) companion: Option<Companion>,
     pub(crate) max_reasons: usize,
     pub(crate) stack_on: Option<String>,
     pub(crate) verify_caller: bool,
-    pub(crate) user_stacks: bool,
-    pub(crate) depth: u32,
-    pub(crate) sample: u32,
+    /// Options the user gave that a pinned instance fixed at pin time.
+    pub(crate) load_options: Vec<&'static str>,
     pub(crate) trigger: TriggerConfig,
     pub(crate) session: session::Options,
 }
 
 impl Plan {
     pub fn from_cli(cli: &Cli) -> Result<Plan> {
-        let job = if cli.list_profiles {
-            Job::ListProfiles
-        } else if cli.list_reasons {
-            Job::ListReasons(target(cli)?)
-        } else {
-            Job::Trace(Box::new(trace(cli)?))
+        let (job, verbose) = match &cli.command {
+            None => trace_job(&cli.trace)?,
+            Some(Command::Trace(t)) => trace_job(t)?,
+            Some(Command::Pin(p)) => (
+                Job::Pin(Box::new(Pin {
+                    target: target(&p.func, &p.profile)?,
+                    max_reasons: p.profile.max_reasons as usize,
+                    load: load(&p.mode, &p.capture, None)?,
+                })),
+                p.verbose,
+            ),
+            Some(Command::Show(s)) => (
+                Job::Show {
+                    funcs: s.funcs.clone(),
+                    json: s.json,
+                },
+                false,
+            ),
+            Some(Command::Unpin(u)) => (
+                Job::Unpin {
+                    funcs: u.funcs.clone(),
+                },
+                false,
+            ),
+            Some(Command::Serve(s)) => (Job::Serve { listen: s.listen }, false),
         };
-        Ok(Plan {
-            job,
-            verbose: cli.verbose,
-        })
+        Ok(Plan { job, verbose })
     }
 }
 
-fn target(cli: &Cli) -> Result<Target> {
+fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     // clap requires FUNC unless --list-profiles is given.
-    let func = cli.func.clone().unwrap_or_default();
+    let func = t.func.clone().unwrap_or_default();
+    let job = if t.list_profiles {
+        Job::ListProfiles
+    } else if t.list_reasons {
+        Job::ListReasons(target(&func, &t.profile)?)
+    } else {
+        Job::Trace(Box::new(trace(&func, t)?))
+    };
+    Ok((job, t.verbose))
+}
+
+fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
     Ok(Target {
-        profile: choose_profile(cli, &func)?,
-        users_own: cli.reasons.is_some() || cli.rules.is_some(),
-        vmlinux: cli.vmlinux.clone(),
-        func,
+        profile: choose_profile(p, func)?,
+        users_own: p.reasons.is_some() || p.rules.is_some(),
+        vmlinux: p.vmlinux.clone(),
+        func: func.to_string(),
     })
 }
 
-fn trace(cli: &Cli) -> Result<Trace> {
-    let companion = cli.companion.map(|k| match k {
-        CompanionKind::Fentry => Companion::Fentry,
-        CompanionKind::Fexit => Companion::Fexit,
-    });
-    let request = match (cli.fentry, cli.kprobe, companion) {
+fn load(mode: &ModeArgs, c: &CaptureArgs, companion: Option<Companion>) -> Result<Load> {
+    let request = match (mode.fentry, mode.kprobe, companion) {
         (_, true, Some(_)) => {
             return Err(Error::msg(
                 "--companion needs fentry mode: leave out --kprobe",
@@ -102,46 +150,79 @@ fn trace(cli: &Cli) -> Result<Trace> {
         (_, true, _) => Request::Only(Mode::Kprobe),
         _ => Request::Auto,
     };
-    Ok(Trace {
-        target: target(cli)?,
+    Ok(Load {
         request,
+        user_stacks: c.user_stacks,
+        depth: c.depth,
+        sample: c.sample,
+    })
+}
+
+/// The options of a trace that a pinned instance fixed when it was
+/// pinned, as given (non-default) on this command line.
+fn load_options(t: &TraceArgs) -> Vec<&'static str> {
+    let p = &t.profile;
+    [
+        (t.mode.fentry, "--fentry"),
+        (t.mode.kprobe, "--kprobe"),
+        (p.reasons.is_some(), "--reasons"),
+        (p.profile.is_some(), "--profile"),
+        (p.no_profile, "--no-profile"),
+        (p.rules.is_some(), "--rules"),
+        (t.capture.user_stacks, "--user-stacks"),
+        (t.capture.depth != 64, "--depth"),
+        (t.capture.sample != 1, "--sample"),
+        (t.verify_caller, "--verify-caller"),
+        (t.companion.is_some(), "--companion"),
+    ]
+    .into_iter()
+    .filter_map(|(given, name)| given.then_some(name))
+    .collect()
+}
+
+fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
+    let companion = t.companion.map(|k| match k {
+        CompanionKind::Fentry => Companion::Fentry,
+        CompanionKind::Fexit => Companion::Fexit,
+    });
+    Ok(Trace {
+        target: target(func, &t.profile)?,
+        load: load(&t.mode, &t.capture, companion)?,
         companion,
-        max_reasons: cli.max_reasons as usize,
-        stack_on: cli.stack_on.clone(),
-        verify_caller: cli.verify_caller,
-        user_stacks: cli.user_stacks,
-        depth: cli.depth,
-        sample: cli.sample,
+        max_reasons: t.profile.max_reasons as usize,
+        stack_on: t.stack_on.clone(),
+        verify_caller: t.verify_caller,
+        load_options: load_options(t),
         trigger: TriggerConfig {
-            threshold: cli.threshold,
-            min_events: cli.min_events,
-            min_rate: cli.min_rate,
-            auto: !cli.no_auto,
+            threshold: t.threshold,
+            min_events: t.min_events,
+            min_rate: t.min_rate,
+            auto: !t.no_auto,
         },
         session: session::Options {
-            interval: Duration::from_secs_f64(cli.interval),
-            duration: cli.duration.map(Duration::from_secs_f64),
-            json: cli.json,
-            quiet: cli.quiet,
-            verify_caller: cli.verify_caller,
-            top: cli.top,
-            folded: cli.folded.clone(),
-            max_rate: cli.max_rate,
-            verbose: cli.verbose,
+            interval: Duration::from_secs_f64(t.interval),
+            duration: t.duration.map(Duration::from_secs_f64),
+            json: t.json,
+            quiet: t.quiet,
+            verify_caller: t.verify_caller,
+            top: t.top,
+            folded: t.folded.clone(),
+            max_rate: t.max_rate,
+            verbose: t.verbose,
         },
     })
 }
 
 /// The profile the options ask for: a file, inline rules, a named
 /// built-in, none, or by default the built-in for FUNC if there is one.
-fn choose_profile(cli: &Cli, func: &str) -> Result<Option<Profile>> {
-    let p = if cli.no_profile {
+fn choose_profile(args: &ProfileArgs, func: &str) -> Result<Option<Profile>> {
+    let p = if args.no_profile {
         None
-    } else if let Some(path) = &cli.reasons {
+    } else if let Some(path) = &args.reasons {
         Some(Profile::load(path)?)
-    } else if let Some(spec) = &cli.rules {
+    } else if let Some(spec) = &args.rules {
         Some(Profile::inline(spec)?)
-    } else if let Some(name) = &cli.profile {
+    } else if let Some(name) = &args.profile {
         let names: Vec<&str> = profile::builtins().into_iter().map(|b| b.0).collect();
         Some(profile::builtin(name).ok_or_else(|| {
             Error::msg(format!(
@@ -182,17 +263,41 @@ mod tests {
     #[test]
     fn modes_and_companions() {
         let t = trace_of(&["topdown", "vfs_read"]);
-        assert_eq!(t.request, Request::Auto);
-        let t = trace_of(&["topdown", "vfs_read", "--kprobe"]);
-        assert_eq!(t.request, Request::Only(Mode::Kprobe));
+        assert_eq!(t.load.request, Request::Auto);
+        assert!(t.load_options.is_empty());
+        let t = trace_of(&["topdown", "vfs_read", "--kprobe", "-U"]);
+        assert_eq!(t.load.request, Request::Only(Mode::Kprobe));
+        assert_eq!(t.load_options, ["--kprobe", "--user-stacks"]);
         let t = trace_of(&["topdown", "vfs_read", "--companion", "fexit"]);
-        assert_eq!(t.request, Request::Only(Mode::Fentry));
+        assert_eq!(t.load.request, Request::Only(Mode::Fentry));
         assert_eq!(t.companion, Some(Companion::Fexit));
         let e = plan(&["topdown", "vfs_read", "--companion", "fentry", "--kprobe"]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "--companion needs fentry mode: leave out --kprobe"
         );
+    }
+
+    #[test]
+    fn commands_become_jobs() {
+        let job = |args: &[&str]| plan(args).unwrap().job;
+        assert!(matches!(
+            job(&["topdown", "trace", "vfs_read"]),
+            Job::Trace(_)
+        ));
+        let Job::Pin(p) = job(&["topdown", "pin", "deferred_split_folio", "--kprobe"]) else {
+            panic!()
+        };
+        assert_eq!(p.load.request, Request::Only(Mode::Kprobe));
+        assert!(p.target.profile.is_some());
+        assert!(matches!(
+            job(&["topdown", "show", "a", "b", "--json"]),
+            Job::Show { funcs, json: true } if funcs == ["a", "b"]
+        ));
+        assert!(
+            matches!(job(&["topdown", "unpin", "--all"]), Job::Unpin { funcs } if funcs.is_empty())
+        );
+        assert!(matches!(job(&["topdown", "serve"]), Job::Serve { .. }));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::bpf::abi::{FIRST_REASON, NR_SLOTS};
+use crate::bpf::maps::{Claim, Maps};
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
 
@@ -16,10 +17,14 @@ pub(crate) const OTHER_NAME: &str = "OTHER";
 /// Reason for return addresses outside every kallsyms symbol.
 pub(crate) const UNKNOWN_NAME: &str = "[unknown]";
 
-/// The names of the slots in use, allocated as reasons appear.
+/// The names of the slots in use, allocated as reasons appear. Several
+/// topdown processes reading one pinned instance agree on slots through
+/// its names map: a slot claimed there by another process is adopted here
+/// (see `Mapper::claim`).
 #[derive(Debug)]
 pub(crate) struct Reasons {
-    names: Vec<String>,
+    /// By slot; None: free.
+    names: Vec<Option<String>>,
     by_name: HashMap<String, u32>,
     max: usize,
     other: Option<u32>,
@@ -30,7 +35,7 @@ impl Reasons {
     /// A table that names at most `max` reasons; more go to OTHER.
     pub(crate) fn new(max: usize) -> Self {
         Reasons {
-            names: vec![NOT_FOUND_NAME.into(), SITES_FULL_NAME.into()],
+            names: vec![Some(NOT_FOUND_NAME.into()), Some(SITES_FULL_NAME.into())],
             by_name: HashMap::new(),
             max: max.min(MAX_REASONS),
             other: None,
@@ -61,11 +66,48 @@ impl Reasons {
         }
     }
 
+    /// Names the first free slot.
     fn push(&mut self, name: &str) -> u32 {
-        let s = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.by_name.insert(name.to_string(), s);
-        s
+        let s = match self.names.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.names.push(None);
+                self.names.len() - 1
+            }
+        };
+        self.set(s as u32, name);
+        s as u32
+    }
+
+    fn set(&mut self, slot: u32, name: &str) {
+        let i = slot as usize;
+        if self.names.len() <= i {
+            self.names.resize(i + 1, None);
+        }
+        self.names[i] = Some(name.to_string());
+        self.by_name.insert(name.to_string(), slot);
+        if name == OTHER_NAME {
+            self.other = Some(slot);
+        }
+    }
+
+    /// Takes another process's naming of `slot`. A name this table had
+    /// given the slot loses it (and is allocated anew when next asked for);
+    /// a name this table had elsewhere moves to the slot.
+    pub(crate) fn adopt(&mut self, slot: u32, name: &str) {
+        if self.names.get(slot as usize).and_then(Option::as_deref) == Some(name) {
+            return;
+        }
+        if let Some(Some(old)) = self.names.get(slot as usize).cloned() {
+            self.by_name.remove(&old);
+            if old == OTHER_NAME {
+                self.other = None;
+            }
+        }
+        if let Some(prev) = self.by_name.get(name).copied() {
+            self.names[prev as usize] = None;
+        }
+        self.set(slot, name);
     }
 
     /// The slot of an existing reason.
@@ -74,14 +116,29 @@ impl Reasons {
     }
 
     pub(crate) fn name(&self, slot: u32) -> &str {
-        self.names.get(slot as usize).map_or("?", String::as_str)
+        self.names
+            .get(slot as usize)
+            .and_then(Option::as_deref)
+            .unwrap_or("?")
+    }
+
+    /// Whether `slot` has a name.
+    pub(crate) fn known(&self, slot: u32) -> bool {
+        self.names.get(slot as usize).is_some_and(Option::is_some)
+    }
+
+    /// Slots and names of the reasons, without the special slots.
+    pub(crate) fn named(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.names
+            .iter()
+            .enumerate()
+            .skip(FIRST_REASON as usize)
+            .filter_map(|(s, n)| Some((s as u32, n.as_deref()?)))
     }
 
     /// Names of the reasons, without the special slots.
     pub(crate) fn reason_names(&self) -> impl Iterator<Item = &str> {
-        self.names[FIRST_REASON as usize..]
-            .iter()
-            .map(String::as_str)
+        self.named().map(|(_, n)| n)
     }
 
     /// Callers merged into OTHER because the table was full.
@@ -109,7 +166,7 @@ pub(crate) trait SourceLookup {
 }
 
 /// A call site pattern that only debug info can match.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum SourcePattern {
     /// A function inlined at the call site (or the caller itself).
     Function(String),
@@ -147,6 +204,27 @@ impl Mapper {
         }
     }
 
+    /// The mapping recorded for a pinned instance: the slots its names map
+    /// gives, then its routes by caller name and by source pattern.
+    pub(crate) fn from_routes(
+        max_reasons: usize,
+        names: &[(u32, String)],
+        routes: &[(String, String)],
+        source_routes: &[(SourcePattern, String)],
+    ) -> Self {
+        let mut m = Mapper::auto(max_reasons);
+        for (slot, name) in names {
+            m.reasons.adopt(*slot, name);
+        }
+        for (caller, reason) in routes {
+            m.route(caller, reason);
+        }
+        for (pattern, reason) in source_routes {
+            m.route_source(pattern.clone(), reason);
+        }
+        m
+    }
+
     /// Routes calls from `caller` (a function name, clones folded) to `reason`.
     pub(crate) fn route(&mut self, caller: &str, reason: &str) -> u32 {
         let slot = self.reasons.slot(reason);
@@ -169,6 +247,64 @@ impl Mapper {
         }
         v.sort_unstable();
         v
+    }
+
+    /// Makes the names map agree with this table on `slot` (as `classify`
+    /// just allocated it): claims it there, or, if another process named the
+    /// slot first, adopts that and allocates the name again. Returns the
+    /// slot the name ends up with.
+    pub(crate) fn claim(&mut self, maps: &Maps, mut slot: u32) -> Result<u32> {
+        loop {
+            if Reasons::is_special(slot) {
+                return Ok(slot);
+            }
+            let name = self.reasons.name(slot).to_string();
+            match maps.claim_name(slot, &name)? {
+                Claim::Ours => return Ok(slot),
+                Claim::Taken(other) => {
+                    self.reasons.adopt(slot, &other);
+                    slot = self.reasons.slot(&name);
+                }
+            }
+        }
+    }
+
+    /// Claims every slot this table has named (a fresh object's profile
+    /// reasons, in order), then adopts whatever else the names map holds.
+    pub(crate) fn sync(&mut self, maps: &Maps) -> Result<()> {
+        let named: Vec<u32> = self.reasons.named().map(|(s, _)| s).collect();
+        for s in named {
+            let name = self.reasons.name(s).to_string();
+            if let Claim::Taken(other) = maps.claim_name(s, &name)? {
+                return Err(Error::msg(format!(
+                    "reason slot {s} is {other} in the names map, not {name}: \
+                     the instance was made with another profile"
+                )));
+            }
+        }
+        for (s, name) in maps.names()? {
+            self.reasons.adopt(s, &name);
+        }
+        Ok(())
+    }
+
+    /// `(caller, reason)` of every caller routed by name.
+    pub(crate) fn routes(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self
+            .by_caller
+            .iter()
+            .map(|(c, &s)| (c.clone(), self.reasons.name(s).to_string()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// `(pattern, reason)` of every source pattern, in matching order.
+    pub(crate) fn source_routes(&self) -> Vec<(SourcePattern, String)> {
+        self.by_source
+            .iter()
+            .map(|(p, s)| (p.clone(), self.reasons.name(*s).to_string()))
+            .collect()
     }
 
     /// The slot of the reason named by --stack-on: a profile reason, or
@@ -255,6 +391,26 @@ mod tests {
         assert_eq!(r.slot("a"), a);
         assert_eq!(r.lookup("b"), Some(b));
         assert_eq!(r.reason_names().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn another_processs_names_are_adopted() {
+        let mut r = Reasons::new(64);
+        let a = r.slot("a");
+        // Another process named slot 2 "b" first: "a" loses it.
+        r.adopt(a, "b");
+        assert_eq!((r.name(2), r.lookup("a")), ("b", None));
+        assert_eq!(r.slot("a"), 3);
+        // A name seen at another slot moves there.
+        r.adopt(7, "a");
+        assert_eq!(
+            (r.lookup("a"), r.known(3), r.name(7)),
+            (Some(7), false, "a")
+        );
+        assert_eq!(r.slot("c"), 3, "the freed slot is reused");
+        r.adopt(9, OTHER_NAME);
+        let names: Vec<(u32, &str)> = r.named().collect();
+        assert_eq!(names, [(2, "b"), (3, "c"), (7, "a"), (9, "OTHER")]);
     }
 
     #[test]

@@ -263,3 +263,97 @@ fn tags_parse() {
         "-U, --user-stacks"
     );
 }
+
+/// The `.TP` tags of the COMMANDS section's `.SS topdown NAME` subsection.
+fn command_tags(page: &str, name: &str) -> Vec<String> {
+    let lines = section(page, "COMMANDS");
+    let head = format!(".SS topdown {name} ");
+    let sub: Vec<&str> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with(&head))
+        .skip(1)
+        .take_while(|l| !l.starts_with(".SS "))
+        .copied()
+        .collect();
+    sub.windows(2)
+        .filter(|w| w[0].trim_end() == ".TP")
+        .map(|w| {
+            if w[1].starts_with('.') {
+                macro_text(w[1])
+            } else {
+                plain(w[1])
+            }
+        })
+        .collect()
+}
+
+/// Every command but `trace` (which takes OPTIONS) has a subsection that
+/// documents each of its options that OPTIONS does not, as `--help` shows
+/// it, and only its options; `trace` takes exactly the options of OPTIONS.
+#[test]
+fn every_command_and_its_own_options_are_documented() {
+    let cmd = command();
+    let top = cli_options();
+    let mut seen = 0;
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = sub.get_name();
+        let opts: BTreeMap<String, Entry> = sub
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| {
+                let long = a.get_long()?.to_string();
+                if ["help", "version"].contains(&long.as_str()) {
+                    return None;
+                }
+                Some((
+                    long.clone(),
+                    Entry {
+                        short: a.get_short(),
+                        long: Some(long),
+                        value: value_name(a),
+                    },
+                ))
+            })
+            .collect();
+        if name == "trace" {
+            let mut want = top.clone();
+            want.remove("version");
+            want.remove("help");
+            assert_eq!(
+                opts.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "trace takes the options of OPTIONS"
+            );
+            continue;
+        }
+        assert!(
+            PAGE.contains(&format!(".SS topdown {name} ")),
+            "no .SS topdown {name} subsection in COMMANDS"
+        );
+        let documented: BTreeMap<String, Entry> = command_tags(PAGE, name)
+            .iter()
+            .filter_map(|t| parse_tag(t))
+            .map(|e| (e.long.clone().expect("a long option"), e))
+            .collect();
+        for (long, e) in &opts {
+            match top.get(long) {
+                // Shared with a run: OPTIONS documents it, the same way.
+                Some(t) => assert_eq!(t, e, "{name} --{long} differs from OPTIONS"),
+                None => {
+                    assert_eq!(documented.get(long), Some(e), "{name} --{long}");
+                    seen += 1;
+                }
+            }
+        }
+        // A subsection may also document an option named like one of
+        // OPTIONS when it means something else there (show --json).
+        for (long, e) in &documented {
+            assert_eq!(
+                opts.get(long),
+                Some(e),
+                "{name}: --{long} is not an option of it"
+            );
+        }
+    }
+    assert!(seen >= 2, "commands' own options found: {seen}");
+}

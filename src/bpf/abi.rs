@@ -133,6 +133,18 @@ impl Stats {
         self.stack[which.0 as usize]
     }
 
+    /// What was counted since `base` was read.
+    pub(crate) fn since(&self, base: &Stats) -> Stats {
+        let mut out = *self;
+        for (o, b) in out.rare.iter_mut().zip(&base.rare) {
+            *o = o.wrapping_sub(*b);
+        }
+        for (o, b) in out.stack.iter_mut().zip(&base.stack) {
+            *o = o.wrapping_sub(*b);
+        }
+        out
+    }
+
     /// From the per-CPU values of the `stats` and `counts` maps.
     pub(crate) fn from_percpu(stats: &[Vec<u8>], counts: &[Vec<u8>]) -> Self {
         let c: [u64; COUNTS_WORDS] = sum_percpu(counts);

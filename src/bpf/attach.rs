@@ -119,7 +119,7 @@ fn try_fentry<'obj>(
             _ => format!("the fentry program failed to {err}"),
         }
     })?;
-    let mut probe = Probe::new(skel, Mode::Fentry, func, Some(link));
+    let mut probe = Probe::new(skel, Mode::Fentry, func, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }
@@ -173,5 +173,5 @@ fn try_kprobe<'obj>(
                 _ => format!("the kprobe failed to {err}"),
             }
         })?;
-    Ok(Probe::new(skel, Mode::Kprobe, func, Some(link)))
+    Probe::new(skel, Mode::Kprobe, func, Some(link)).map_err(|e| e.to_string())
 }

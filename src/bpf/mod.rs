@@ -5,6 +5,8 @@
 
 pub(crate) mod abi;
 pub(crate) mod attach;
+pub(crate) mod maps;
+pub(crate) mod pin;
 pub(crate) mod probe;
 #[cfg(test)]
 mod tests;

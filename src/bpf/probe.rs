@@ -1,15 +1,16 @@
-//! The loaded BPF object: opening it with its settings, and reading and
-//! writing its maps afterwards. Plain data in, plain data out.
+//! The counting program: opening and configuring the object, and what
+//! keeps it attached (this process, or a pin in bpffs). Its maps are in
+//! `maps`.
 
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
-use std::sync::atomic::{fence, Ordering};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use libbpf_rs::skel::SkelBuilder;
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+use libbpf_rs::{Link, OpenObject};
 
-use crate::bpf::abi::{self, Config, Stats, MAX_STACK_RANGES, SLOT_NONE};
-use crate::bpf::skel::{types, OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
+use crate::bpf::abi::{Config, SLOT_NONE};
+use crate::bpf::maps::Maps;
+use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 
 /// How the traced function is hooked.
@@ -54,6 +55,17 @@ pub(crate) struct ProgStats {
     /// Calls the program missed because it was already running on that
     /// CPU (the function was hit from inside BPF code).
     pub(crate) recursion_misses: u64,
+}
+
+impl ProgStats {
+    /// What happened since `base` was read.
+    pub(crate) fn since(&self, base: &ProgStats) -> ProgStats {
+        ProgStats {
+            run_cnt: self.run_cnt.wrapping_sub(base.run_cnt),
+            run_time_ns: self.run_time_ns.wrapping_sub(base.run_time_ns),
+            recursion_misses: self.recursion_misses.wrapping_sub(base.recursion_misses),
+        }
+    }
 }
 
 /// Which programs of the object to load.
@@ -138,27 +150,65 @@ fn open_for<'obj>(
     Ok(open)
 }
 
-/// A loaded object and the links that keep its programs attached.
-pub(crate) struct Probe<'obj> {
-    skel: TopdownSkel<'obj>,
-    mode: Mode,
-    func: String,
-    // Dropping a link detaches its program.
-    link: Option<Link>,
-    companion: Option<(Companion, Link)>,
+/// Who keeps the counting program attached.
+enum Owner<'obj> {
+    /// This process loaded it: dropping the links detaches.
+    Loaded {
+        skel: Box<TopdownSkel<'obj>>,
+        link: Option<Link>,
+        companion: Option<(Companion, Link)>,
+    },
+    /// A pin in bpffs: it stays attached whatever this process does.
+    Pinned { prog: Option<OwnedFd> },
 }
 
-const ZERO_KEY: [u8; 4] = 0u32.to_ne_bytes();
+/// A counting program, attached, and its maps.
+pub(crate) struct Probe<'obj> {
+    maps: Maps,
+    owner: Owner<'obj>,
+    mode: Mode,
+    func: String,
+}
 
 impl<'obj> Probe<'obj> {
-    pub(crate) fn new(skel: TopdownSkel<'obj>, mode: Mode, func: &str, link: Option<Link>) -> Self {
-        Probe {
-            skel,
+    pub(crate) fn new(
+        skel: TopdownSkel<'obj>,
+        mode: Mode,
+        func: &str,
+        link: Option<Link>,
+    ) -> Result<Self> {
+        Ok(Probe {
+            maps: Maps::of_skel(&skel)?,
+            owner: Owner::Loaded {
+                skel: Box::new(skel),
+                link,
+                companion: None,
+            },
             mode,
             func: func.to_string(),
-            link,
-            companion: None,
+        })
+    }
+
+    /// A pinned instance's program, found through its pinned link, and
+    /// its maps.
+    pub(crate) fn pinned(maps: Maps, link: &Link, mode: Mode, func: &str) -> Self {
+        let prog = link.info().ok().and_then(|info| {
+            // SAFETY: a plain syscall wrapper; a negative result is an
+            // error and is not wrapped.
+            let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(info.prog_id) };
+            // SAFETY: fd is a new file descriptor we own.
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+        });
+        Probe {
+            maps,
+            owner: Owner::Pinned { prog },
+            mode,
+            func: func.to_string(),
         }
+    }
+
+    pub(crate) fn maps(&self) -> &Maps {
+        &self.maps
     }
 
     pub(crate) fn mode(&self) -> Mode {
@@ -169,181 +219,106 @@ impl<'obj> Probe<'obj> {
         &self.func
     }
 
-    /// Detaches every program; the maps stay readable.
-    pub(crate) fn detach(&mut self) {
-        self.link = None;
-        self.companion = None;
+    /// Ends this process's use: a loaded object's programs are detached
+    /// (the maps stay readable); a pinned instance keeps counting, and its
+    /// stack capture is switched off.
+    pub(crate) fn detach(&mut self) -> Result<()> {
+        match &mut self.owner {
+            Owner::Loaded {
+                link, companion, ..
+            } => {
+                *link = None;
+                *companion = None;
+                Ok(())
+            }
+            Owner::Pinned { .. } => {
+                self.maps.capture(SLOT_NONE, &[])?;
+                self.maps.refill(0)
+            }
+        }
     }
 
-    fn companion_prog(&self, kind: Companion) -> &libbpf_rs::ProgramMut<'obj> {
-        match kind {
-            Companion::Fentry => &self.skel.progs.td_empty_fentry,
-            Companion::Fexit => &self.skel.progs.td_empty_fexit,
+    fn skel(&self) -> Option<&TopdownSkel<'obj>> {
+        match &self.owner {
+            Owner::Loaded { skel, .. } => Some(skel),
+            Owner::Pinned { .. } => None,
         }
+    }
+
+    fn companion_prog(&self, kind: Companion) -> Option<&libbpf_rs::ProgramMut<'obj>> {
+        let skel = self.skel()?;
+        Some(match kind {
+            Companion::Fentry => &skel.progs.td_empty_fentry,
+            Companion::Fexit => &skel.progs.td_empty_fexit,
+        })
     }
 
     /// Attaches the empty companion program (loaded only if asked for).
     pub(crate) fn attach_companion(&mut self, kind: Companion) -> Result<()> {
         let link = self
             .companion_prog(kind)
+            .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?
             .attach_trace()
             .map_err(|e| Error::bpf("attaching the companion program", e))?;
-        self.companion = Some((kind, link));
+        if let Owner::Loaded { companion, .. } = &mut self.owner {
+            *companion = Some((kind, link));
+        }
         Ok(())
     }
 
     /// Run statistics of the companion program, if one is attached.
     pub(crate) fn companion_stats(&self) -> Option<(Companion, ProgStats)> {
-        let (kind, _) = self.companion.as_ref()?;
-        Some((*kind, prog_stats(self.companion_prog(*kind).as_fd())))
-    }
-
-    fn counts_percpu(&self) -> Result<Vec<Vec<u8>>> {
-        Ok(self
-            .skel
-            .maps
-            .counts
-            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
-            .map_err(|e| Error::bpf("reading the counters", e))?
-            .unwrap_or_default())
-    }
-
-    /// Per-slot counts summed over all possible CPUs.
-    pub(crate) fn counts(&self) -> Result<Vec<u64>> {
-        Ok(abi::slots_of(&self.counts_percpu()?))
-    }
-
-    /// Return addresses not yet in the site table, with their counts.
-    pub(crate) fn pending(&self) -> Result<Vec<(u64, u64)>> {
-        let map = &self.skel.maps.pending;
-        let mut out = Vec::new();
-        for key in map.keys() {
-            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else {
-                continue;
-            };
-            // Nothing deletes keys, so each listed key can be looked up.
-            if let Some(v) = map
-                .lookup_percpu(&k, MapFlags::ANY)
-                .map_err(|e| Error::bpf("reading the pending sites", e))?
-            {
-                out.push((u64::from_ne_bytes(k), abi::sum_percpu::<1>(&v)[0]));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Tells the BPF side which slot a return address counts in. A full
-    /// site table is not an error: the site's calls then stay pending and
-    /// are added under its reason by user space.
-    pub(crate) fn add_site(&self, ret: u64, slot: u32) -> Result<()> {
-        match self
-            .skel
-            .maps
-            .sites
-            .update(&ret.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
-        {
-            Err(e) if e.kind() != libbpf_rs::ErrorKind::TooBig => {
-                Err(Error::bpf("updating the site table", e))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> Result<Stats> {
-        let v = self
-            .skel
-            .maps
-            .stats
-            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
-            .map_err(|e| Error::bpf("reading the statistics", e))?
-            .unwrap_or_default();
-        Ok(Stats::from_percpu(&v, &self.counts_percpu()?))
-    }
-
-    /// Lets each CPU send up to `per_cpu` more stacks (the budget is
-    /// replaced, not added to: what a CPU did not use is gone).
-    pub(crate) fn refill(&self, per_cpu: u64) -> Result<()> {
-        let cpus = libbpf_rs::num_possible_cpus()
-            .map_err(|e| Error::bpf("counting the possible CPUs", e))?;
-        let values = vec![per_cpu.to_ne_bytes().to_vec(); cpus];
-        self.skel
-            .maps
-            .budget
-            .update_percpu(&ZERO_KEY, &values, MapFlags::ANY)
-            .map_err(|e| Error::bpf("refilling the stack budget", e))
+        let Owner::Loaded {
+            companion: Some((kind, _)),
+            ..
+        } = &self.owner
+        else {
+            return None;
+        };
+        Some((*kind, prog_stats(self.companion_prog(*kind)?.as_fd())))
     }
 
     /// Run statistics of the counting program (run_cnt and run_time_ns
     /// need kernel.bpf_stats_enabled=1).
     pub(crate) fn prog_stats(&self) -> ProgStats {
-        let prog = match self.mode {
-            Mode::Fentry => &self.skel.progs.td_fentry,
-            Mode::Kprobe => &self.skel.progs.td_kprobe,
-        };
-        prog_stats(prog.as_fd())
-    }
-
-    /// A handle on the sample ring buffer, independent of `self`'s borrows.
-    pub(crate) fn samples_map(&self) -> Result<MapHandle> {
-        MapHandle::try_from(&self.skel.maps.samples)
-            .map_err(|e| Error::bpf("opening the sample ring buffer", e))
-    }
-
-    /// Captures stacks of `slot` from now on (the counting program does it,
-    /// for an object loaded with `Config::stacks`); `callers` are the
-    /// address ranges of the reason's caller functions, for calls from sites
-    /// not resolved yet.
-    pub(crate) fn stacks_on(&mut self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        if callers.len() > MAX_STACK_RANGES {
-            return Err(Error::msg(format!(
-                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
-                callers.len()
-            )));
+        match &self.owner {
+            Owner::Loaded { skel, .. } => prog_stats(match self.mode {
+                Mode::Fentry => skel.progs.td_fentry.as_fd(),
+                Mode::Kprobe => skel.progs.td_kprobe.as_fd(),
+            }),
+            Owner::Pinned { prog } => prog
+                .as_ref()
+                .map_or_else(ProgStats::default, |fd| prog_stats(fd.as_fd())),
         }
-        let ctl = self.control();
-        // SAFETY: `ctl` points into the mmap'ed .data section, alive as long
-        // as the skeleton.
-        unsafe { publish(ctl, slot, callers) };
+    }
+
+    /// Pins the counting program's link and the maps into `dir`, so that
+    /// they outlive this process; from then on they are the pin's.
+    pub(crate) fn pin(&mut self, dir: &std::path::Path) -> Result<()> {
+        let Owner::Loaded {
+            link: Some(link), ..
+        } = &mut self.owner
+        else {
+            return Err(Error::msg("nothing attached to pin"));
+        };
+        link.pin(dir.join("link")).map_err(|e| {
+            Error::bpf(
+                "pinning the program's link (kprobe links need kernel 5.15 or later)",
+                e,
+            )
+        })?;
+        self.maps.pin(dir)?;
+        // The pin holds the link now: dropping ours must not detach it.
+        link.disconnect();
         Ok(())
     }
 
-    /// The run-time control block the BPF side reads (in .data).
-    fn control(&mut self) -> *mut types::td_control {
-        let data = self
-            .skel
-            .maps
-            .data_data
-            .as_deref_mut()
-            .expect("the BPF object has .data");
-        &mut data.ctl
+    /// Captures stacks of `slot` from now on; `callers` are the address
+    /// ranges of the reason's caller functions, for calls from sites not
+    /// resolved yet.
+    pub(crate) fn stacks_on(&mut self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
+        self.maps.capture(slot, callers)
     }
-}
-
-/// Moves stack capture to `slot` with `callers` as its caller ranges, in
-/// the order the BPF side relies on (see td_control in topdown.h): capture
-/// off, no ranges, the ranges, their count, then the new reason. Each store
-/// is volatile (the BPF side reads the memory directly) and fenced.
-///
-/// # Safety
-/// `ctl` must point to the mmap'ed td_control of a loaded object.
-unsafe fn publish(ctl: *mut types::td_control, slot: u32, callers: &[(u64, u64)]) {
-    use std::ptr::{addr_of_mut, write_volatile};
-    write_volatile(addr_of_mut!((*ctl).reason), SLOT_NONE);
-    write_volatile(addr_of_mut!((*ctl).nr_ranges), 0);
-    fence(Ordering::SeqCst);
-    for (i, &(lo, hi)) in callers.iter().take(MAX_STACK_RANGES).enumerate() {
-        let r = addr_of_mut!((*ctl).ranges[i]);
-        write_volatile(addr_of_mut!((*r).lo), lo);
-        write_volatile(addr_of_mut!((*r).hi), hi);
-        write_volatile(addr_of_mut!((*r).reason), slot);
-    }
-    fence(Ordering::SeqCst);
-    write_volatile(
-        addr_of_mut!((*ctl).nr_ranges),
-        callers.len().min(MAX_STACK_RANGES) as u32,
-    );
-    fence(Ordering::SeqCst);
-    write_volatile(addr_of_mut!((*ctl).reason), slot);
 }
 
 fn prog_stats(fd: std::os::fd::BorrowedFd<'_>) -> ProgStats {
@@ -380,7 +355,7 @@ pub(crate) mod selftest {
         let skel = open
             .load()
             .expect("load the raw_tp self-test program (needs root)");
-        Probe::new(skel, Mode::Kprobe, "selftest", None)
+        Probe::new(skel, Mode::Kprobe, "selftest", None).expect("the maps")
     }
 
     /// The raw_tp context of one run: the caller's return address, then
@@ -409,7 +384,8 @@ pub(crate) mod selftest {
                     context_in: Some(&mut ctx),
                     ..Default::default()
                 };
-                self.skel
+                self.skel()
+                    .expect("a loaded object")
                     .progs
                     .td_selftest
                     .test_run(input)
@@ -418,25 +394,11 @@ pub(crate) mod selftest {
         }
 
         pub(crate) fn selftest_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-            self.skel.progs.td_selftest.as_fd()
+            self.skel()
+                .expect("a loaded object")
+                .progs
+                .td_selftest
+                .as_fd()
         }
-
-        /// The raw control block pointer, for a test that moves capture
-        /// from one thread while another runs the program.
-        pub(crate) fn control_ptr(&mut self) -> *mut types::td_control {
-            self.control()
-        }
-    }
-
-    /// Moves capture through a raw control pointer (see control_ptr).
-    ///
-    /// # Safety
-    /// As for `publish`.
-    pub(crate) unsafe fn move_capture(
-        ctl: *mut types::td_control,
-        slot: u32,
-        callers: &[(u64, u64)],
-    ) {
-        publish(ctl, slot, callers)
     }
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::RingBufferBuilder;
 
 use crate::bpf::abi::{Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND};
-use crate::bpf::probe::selftest::{self, move_capture};
+use crate::bpf::maps::publish;
+use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
 use crate::bpf::skel::types::td_sample;
 
@@ -30,14 +31,14 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
     with_probe(|p| {
         let a = 0xffffffff81000123;
         p.test_count(a, 3);
-        assert_eq!(p.pending().unwrap(), vec![(a, 3)]);
-        assert!(p.counts().unwrap().iter().all(|&n| n == 0));
+        assert_eq!(p.maps().pending().unwrap(), vec![(a, 3)]);
+        assert!(p.maps().counts().unwrap().iter().all(|&n| n == 0));
 
-        p.add_site(a, 7).unwrap();
+        p.maps().add_site(a, 7).unwrap();
         p.test_count(a, 5);
-        assert_eq!(p.counts().unwrap()[7], 5);
+        assert_eq!(p.maps().counts().unwrap()[7], 5);
         // The pending count is frozen once the site is known.
-        assert_eq!(p.pending().unwrap(), vec![(a, 3)]);
+        assert_eq!(p.maps().pending().unwrap(), vec![(a, 3)]);
     });
 }
 
@@ -45,10 +46,10 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
 fn a_missing_return_address_counts_as_not_found() {
     with_probe(|p| {
         p.test_count(0, 4);
-        let c = p.counts().unwrap();
+        let c = p.maps().counts().unwrap();
         assert_eq!(c[SLOT_NOT_FOUND as usize], 4);
         assert_eq!(c.iter().sum::<u64>(), 4);
-        assert!(p.pending().unwrap().is_empty());
+        assert!(p.maps().pending().unwrap().is_empty());
     });
 }
 
@@ -76,11 +77,17 @@ fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
     };
     let p = selftest::load(&mut storage, &config);
     p.test_count(0xffffffff81000010, 6);
-    let c = p.counts().unwrap();
+    let c = p.maps().counts().unwrap();
     assert_eq!(c[9], 6);
     assert_eq!(c[10], 0);
-    assert!(p.pending().unwrap().is_empty());
-    assert_eq!(p.stats().unwrap().get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 0);
+    assert!(p.maps().pending().unwrap().is_empty());
+    assert_eq!(
+        p.maps()
+            .stats()
+            .unwrap()
+            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
+        0
+    );
 }
 
 /// Deeper-frame rules on made-up stacks: caller range [0x1000, 0x2000),
@@ -137,11 +144,17 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
         p.test_count_stack(&frames, (i + 1) as u32);
         want[*slot] += (i + 1) as u64;
     }
-    let c = p.counts().unwrap();
+    let c = p.maps().counts().unwrap();
     assert_eq!(&c[9..12], &want[9..12], "slots 9, 10, 11");
     assert_eq!(c.iter().sum::<u64>(), (1..=8).sum::<u64>());
-    assert!(p.pending().unwrap().is_empty());
-    assert_eq!(p.stats().unwrap().get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 0);
+    assert!(p.maps().pending().unwrap().is_empty());
+    assert_eq!(
+        p.maps()
+            .stats()
+            .unwrap()
+            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
+        0
+    );
 }
 
 /// Capture moves between two reasons while another thread runs the stack
@@ -163,13 +176,13 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
         stacks: true,
         ..Config::default()
     };
-    let mut p = selftest::load(&mut storage, &config);
-    p.add_site(site_a, A).unwrap();
-    p.refill(u64::MAX).unwrap();
-    let ctl = p.control_ptr() as usize;
+    let p = selftest::load(&mut storage, &config);
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    let ctl = p.maps().control_ptr() as usize;
     let fd = p.selftest_fd().as_raw_fd();
     let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
-    let map = p.samples_map().unwrap();
+    let map = p.maps().samples().unwrap();
     let mut rb = RingBufferBuilder::new();
     rb.add(&map, |data: &[u8]| {
         let mut s = td_sample::default();
@@ -208,9 +221,9 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
             // SAFETY: the object outlives the scope.
             unsafe {
                 match i % 3 {
-                    0 => move_capture(ctl, A, &[]),
-                    1 => move_capture(ctl, B, &[b_range]),
-                    _ => move_capture(ctl, SLOT_NONE, &[]),
+                    0 => publish(ctl, A, &[]),
+                    1 => publish(ctl, B, &[b_range]),
+                    _ => publish(ctl, SLOT_NONE, &[]),
                 }
             }
             if i.is_multiple_of(50) {
@@ -223,7 +236,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     rb.consume().unwrap();
     drop(rb);
     let samples = samples.into_inner();
-    let stats = p.stats().unwrap();
+    let stats = p.maps().stats().unwrap();
     eprintln!(
         "{runs} runs, {} samples, ring buffer full {}",
         samples.len(),

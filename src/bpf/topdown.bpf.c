@@ -77,6 +77,20 @@ struct {
 } budget SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TD_NR_SLOTS);
+	__type(key, __u32);
+	__type(value, struct td_name);
+} names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_meta);
+} meta SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 22);
 } samples SEC(".maps");

@@ -9,6 +9,11 @@
 #define TOPDOWN_H
 
 enum td_abi {
+	/*
+	 * The layout of the maps a pinned instance keeps (and its meta): bump
+	 * it on any change a reader of an older pin would misread.
+	 */
+	TD_LAYOUT_VERSION = 1,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -28,6 +33,8 @@ enum td_abi {
 	 * behind an IBT endbr64, FUNC+1 under a kprobe: all below this.
 	 */
 	TD_ENTRY_WINDOW = 16,
+	TD_NAME_LEN = 256,		/* a reason's name in the names map, NUL included */
+	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
 };
 
 /* The stack reason when capture is off; also "site not resolved yet". */
@@ -133,6 +140,21 @@ struct td_control {
 	__u32 reason;		/* stack reason, or TD_SLOT_NONE */
 	__u32 nr_ranges;
 	struct td_range ranges[TD_MAX_STACK_RANGES];
+};
+
+/*
+ * Maps for user space only (no program touches them): the name of each
+ * reason slot, claimed by whichever topdown process first needs it, so
+ * processes reading one pinned instance agree; and a pinned instance's
+ * description as JSON. Kept in the object so that they live, and are
+ * pinned, with its other maps.
+ */
+struct td_name {
+	char s[TD_NAME_LEN];
+};
+
+struct td_meta {
+	char json[TD_META_LEN];
 };
 
 struct td_sample {

@@ -5,7 +5,7 @@
 use serde::{Serialize, Serializer};
 
 use crate::report::{
-    CaptureSpan, Cost, Distribution, Drops, IntervalReport, ReasonStacks, Summary, Verify,
+    CaptureSpan, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary, Verify,
 };
 
 /// The JSON schema version written into every object.
@@ -197,6 +197,45 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             .companion
             .as_ref()
             .map(|(kind, c)| CompanionJson { kind, stats: *c }),
+    })
+}
+
+#[derive(Serialize)]
+struct PinnedJson<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema: u32,
+    func: &'a str,
+    mode: &'a str,
+    profile: Option<&'a str>,
+    kernel: &'a str,
+    version: &'a str,
+    pinned_at: Num,
+    secs: Num,
+    total: u64,
+    rate: Num,
+    reasons: Vec<Row<'a>>,
+    hot_reason: Option<&'a str>,
+    drops: Drops,
+}
+
+/// A pinned instance's totals as a JSON line (no newline).
+pub(crate) fn pinned(p: &Pinned) -> String {
+    to_line(&PinnedJson {
+        kind: "pinned",
+        schema: SCHEMA,
+        func: &p.func,
+        mode: &p.mode,
+        profile: p.profile.as_deref(),
+        kernel: &p.kernel,
+        version: &p.version,
+        pinned_at: Num(p.pinned_at),
+        secs: Num(p.calls.secs),
+        total: p.calls.total,
+        rate: Num(p.calls.rate),
+        reasons: rows(&p.calls),
+        hot_reason: p.hot().map(|r| r.reason.as_str()),
+        drops: p.drops,
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod folded;
 pub(crate) mod json;
+pub(crate) mod openmetrics;
 pub(crate) mod text;
 
 /// One reason's figures over an interval or the whole run.
@@ -197,6 +198,30 @@ impl Summary {
     /// The reason with the most calls, special slots aside.
     pub(crate) fn hot(&self) -> Option<&ReasonRow> {
         self.calls.rows.iter().find(|r| !r.special)
+    }
+}
+
+/// A pinned instance's counts since it was pinned.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Pinned {
+    pub(crate) func: String,
+    pub(crate) mode: String,
+    /// Where its profile came from (None: one reason per caller).
+    pub(crate) profile: Option<String>,
+    pub(crate) kernel: String,
+    /// The topdown version that pinned it.
+    pub(crate) version: String,
+    /// When it was pinned, in Unix seconds; `calls.secs` is its age.
+    pub(crate) pinned_at: f64,
+    /// Every reason named so far, calls or not, largest first.
+    pub(crate) calls: Distribution,
+    pub(crate) drops: Drops,
+}
+
+impl Pinned {
+    /// The reason with the most calls, special slots aside.
+    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+        self.calls.rows.iter().find(|r| !r.special && r.count > 0)
     }
 }
 

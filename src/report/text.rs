@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{calls, Cost, Distribution, IntervalReport, ReasonStacks, Summary};
+use crate::report::{
+    calls, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary,
+};
 
 fn table(out: &mut String, d: &Distribution, count_title: &str) {
     let w = d
@@ -92,13 +94,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     for st in &sum.stacks {
         s.push_str(&stacks(st, top));
     }
-    let drops: Vec<String> = sum
-        .drops
-        .fields()
-        .iter()
-        .map(|(k, v)| format!("{}={v}", k.replace('_', " ")))
-        .collect();
-    let _ = writeln!(s, "  drops: {}", drops.join(", "));
+    drops_line(&mut s, &sum.drops);
     if let Some(v) = sum.verify {
         let _ = writeln!(
             s,
@@ -146,6 +142,61 @@ fn captures(sum: &Summary) -> String {
     s
 }
 
+fn drops_line(s: &mut String, drops: &Drops) {
+    let d: Vec<String> = drops
+        .fields()
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.replace('_', " ")))
+        .collect();
+    let _ = writeln!(s, "  drops: {}", d.join(", "));
+}
+
+/// A length of time as `1d 2h 3m 4s`, largest units first, zeros left out.
+fn age(secs: f64) -> String {
+    let mut left = secs.max(0.0) as u64;
+    let mut parts = Vec::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+        if left >= size {
+            parts.push(format!("{}{unit}", left / size));
+            left %= size;
+        }
+    }
+    if left > 0 || parts.is_empty() {
+        parts.push(format!("{left}s"));
+    }
+    parts.join(" ")
+}
+
+/// A pinned instance's totals since it was pinned.
+pub(crate) fn pinned(p: &Pinned) -> String {
+    let d = &p.calls;
+    let profile = p.profile.as_deref().unwrap_or("one reason per caller");
+    let mut s = format!(
+        "{}: {} in {} since it was pinned ({:.1}/s), mode {}, {profile}\n",
+        p.func,
+        calls(d.total),
+        age(d.secs),
+        d.rate,
+        p.mode,
+    );
+    let shown = Distribution {
+        rows: d.rows.iter().filter(|r| r.count > 0).cloned().collect(),
+        ..d.clone()
+    };
+    if !shown.rows.is_empty() {
+        table(&mut s, &shown, "TOTAL");
+    }
+    if let Some(hot) = p.hot() {
+        let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
+    }
+    drops_line(&mut s, &p.drops);
+    s
+}
+
+/// What `topdown show` says when nothing is pinned.
+pub(crate) const NOTHING_PINNED: &str =
+    "nothing is pinned (pin a function with topdown pin FUNC; pins do not survive a reboot)\n";
+
 fn cost(c: &Cost) -> String {
     format!(
         "{} runs, {:.0} ns/run (kernel.bpf_stats_enabled=1)",
@@ -156,13 +207,33 @@ fn cost(c: &Cost) -> String {
 
 /// Local wall-clock time as HH:MM:SS.
 pub(crate) fn clock() -> String {
-    // SAFETY: time(NULL) and localtime_r with valid pointers.
-    unsafe {
-        let t = libc::time(std::ptr::null_mut());
+    // SAFETY: time(NULL) has no preconditions.
+    let t = unsafe { libc::time(std::ptr::null_mut()) };
+    local(t).1
+}
+
+/// A Unix time as local YYYY-MM-DD HH:MM:SS.
+pub(crate) fn clock_at(unix: f64) -> String {
+    let (date, time) = local(unix as libc::time_t);
+    format!("{date} {time}")
+}
+
+fn local(t: libc::time_t) -> (String, String) {
+    // SAFETY: localtime_r with valid pointers.
+    let tm = unsafe {
         let mut tm: libc::tm = std::mem::zeroed();
         libc::localtime_r(&t, &mut tm);
-        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
-    }
+        tm
+    };
+    (
+        format!(
+            "{}-{:02}-{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday
+        ),
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec),
+    )
 }
 
 #[cfg(test)]
@@ -335,6 +406,41 @@ pub(crate) mod tests {
             },
         );
         assert_eq!(s.hot().unwrap().reason, "do_huge_pmd_anonymous_page");
+    }
+
+    #[test]
+    fn a_pinned_instance_shows_its_age_and_totals() {
+        let p = Pinned {
+            func: "f".into(),
+            mode: "fentry".into(),
+            profile: None,
+            kernel: "k".into(),
+            version: "v".into(),
+            pinned_at: 0.0,
+            calls: Distribution {
+                secs: 3723.0,
+                rows: vec![
+                    row("a", 30, 0.0, 75.0),
+                    row("b", 10, 0.0, 25.0),
+                    row("c", 0, 0.0, 0.0),
+                ],
+                ..sample_calls()
+            },
+            drops: Drops::default(),
+        };
+        let t = pinned(&p);
+        assert!(
+            t.starts_with("f: 40 calls in 1h 2m 3s since it was pinned (20.0/s), mode fentry, one reason per caller\n"),
+            "{t}"
+        );
+        assert!(t.contains("  hot reason: a (75.0%)\n"), "{t}");
+        assert!(
+            !t.contains("  c "),
+            "reasons without calls are left out: {t}"
+        );
+        assert!(t.ends_with("own calls=0\n"), "{t}");
+        assert_eq!(age(0.4), "0s");
+        assert_eq!(age(90061.0), "1d 1h 1m 1s");
     }
 
     #[test]

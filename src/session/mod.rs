@@ -15,12 +15,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::bpf::abi::ENTRY_WINDOW;
+use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::pin::Meta;
 use crate::bpf::probe::Probe;
 use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
-use crate::report::{self, Stack};
+use crate::report::{self, Pinned, ReasonRow, Stack};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
@@ -166,11 +167,16 @@ pub(crate) fn run(
         symbols,
     } = ctx;
     let mut poller = Poller::default();
-    let mut state = State::new(trigger);
+    // What the counters held at the start (a pinned instance has counted
+    // before): the run reports what happened since.
+    let base = poller.totals(probe.maps(), ksyms, mapper, None)?;
+    let base_stats = probe.maps().stats()?;
+    let base_prog = probe.prog_stats();
+    let mut state = State::new(trigger, base.clone());
     // The ring buffer is set up before anything can be captured, so
     // nothing slow stands between a decision and the first stack.
     let capture = match stack_on.is_some() || state.auto() {
-        true => Some(Capture::new(probe.samples_map()?)?),
+        true => Some(Capture::new(probe.maps().samples()?)?),
         false => None,
     };
     let mut stacks = Stacks {
@@ -179,9 +185,12 @@ pub(crate) fn run(
         func_addr,
     };
     let start = Instant::now();
+    let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
     if let Some(slot) = stack_on {
+        // The budget first: a call between the two would find none.
+        probe.maps().refill(budget)?;
         stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
-        state.capturing(slot, 0.0, mono_ns(), &[]);
+        state.capturing(slot, 0.0, mono_ns(), &base);
         eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
     }
     // Everything is attached: from here on every call is seen.
@@ -196,12 +205,7 @@ pub(crate) fn run(
     let mut last = start;
     let mut next_print = start + opts.interval;
     let mut next_tick = start + TICK;
-    let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
-    let mut next_refill = start;
-    if stack_on.is_some() {
-        probe.refill(budget)?;
-        next_refill = start + REFILL;
-    }
+    let mut next_refill = start + REFILL;
 
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -216,20 +220,21 @@ pub(crate) fn run(
             stacks.wait((deadline - now).min(TICK), ksyms, &mut state)?;
             continue;
         }
-        let cur = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
+        let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
         let secs = (now - start).as_secs_f64();
         if state.auto() && now >= next_tick {
             if let Some(d) = state.tick(secs, mono_ns(), &cur) {
                 announce(&d, &mapper.reasons, state.threshold());
+                probe.maps().refill(budget)?;
                 stacks.switch_on(&mut probe, ksyms, mapper, d.switch.to())?;
-                next_refill = now;
+                next_refill = now + REFILL;
             }
             while next_tick <= now {
                 next_tick += TICK;
             }
         }
         if state.target().is_some() && now >= next_refill {
-            probe.refill(budget)?;
+            probe.maps().refill(budget)?;
             next_refill = now + REFILL;
         }
         let ended = end.is_some_and(|e| now >= e);
@@ -260,12 +265,12 @@ pub(crate) fn run(
     }
 
     // Detach first so the final reading is complete and exact.
-    let prog = probe.prog_stats();
+    let prog = probe.prog_stats().since(&base_prog);
     let companion = probe.companion_stats();
-    probe.detach();
-    let stats = probe.stats()?;
+    probe.detach()?;
+    let stats = probe.maps().stats()?.since(&base_stats);
     stacks.drain(ksyms, &mut state)?;
-    let totals = poller.totals(&probe, ksyms, mapper, Some(&mut stacks.symbols))?;
+    let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
     let summary = state.finish(
         &End {
             func: probe.func(),
@@ -289,6 +294,45 @@ pub(crate) fn run(
         report::text::summary(&summary, opts.top)
     };
     emit(out, &text)
+}
+
+/// A pinned instance's counts since it was pinned. Call sites first seen
+/// while no topdown process read it are resolved now, into their reasons.
+pub(crate) fn snapshot(
+    probe: &Probe<'_>,
+    meta: &Meta,
+    ksyms: &Kallsyms,
+    mapper: &mut Mapper,
+    symbols: &mut Symbols,
+) -> Result<Pinned> {
+    let totals = Poller::default().totals(probe.maps(), ksyms, mapper, Some(symbols))?;
+    let stats = probe.maps().stats()?;
+    let prog = probe.prog_stats();
+    let secs = (unix_now() - meta.pinned_at).max(0.0);
+    let mut calls = rates::Interval::between(&[], &totals, secs).named(&mapper.reasons);
+    // Every reason named so far, so that a series does not come and go.
+    for (_, name) in mapper.reasons.named() {
+        if !calls.rows.iter().any(|r| r.reason == name) {
+            calls.rows.push(ReasonRow {
+                reason: name.to_string(),
+                count: 0,
+                rate: 0.0,
+                share: 0.0,
+                special: false,
+            });
+        }
+    }
+    let slot = |s: u32| totals.get(s as usize).copied().unwrap_or(0);
+    Ok(Pinned {
+        func: meta.function.clone(),
+        mode: meta.mode.clone(),
+        profile: meta.profile.clone(),
+        kernel: meta.kernel.clone(),
+        version: meta.version.clone(),
+        pinned_at: meta.pinned_at,
+        calls,
+        drops: state::drops(slot(SLOT_NOT_FOUND), slot(SLOT_SITES_FULL), &stats, &prog),
+    })
 }
 
 /// The notice of a switch of capture, on stderr.

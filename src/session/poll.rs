@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::bpf::abi::NR_SLOTS;
-use crate::bpf::probe::Probe;
+use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup};
@@ -24,21 +24,18 @@ impl Poller {
     /// sites, not of calls.
     pub(crate) fn totals(
         &mut self,
-        probe: &Probe<'_>,
+        maps: &Maps,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
-        let mut totals = probe.counts()?;
+        let mut totals = maps.counts()?;
         totals.resize(NR_SLOTS, 0);
-        for (ret, n) in probe.pending()? {
+        for (ret, n) in maps.pending()? {
             let slot = match self.sites.get(&ret) {
                 Some(&s) => s,
                 None => {
-                    let s = mapper.classify(ksyms, ret, src.as_deref_mut());
-                    // A full site table leaves the site pending: its calls
-                    // are still counted, here, under the right reason.
-                    probe.add_site(ret, s)?;
+                    let s = resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)?;
                     self.sites.insert(ret, s);
                     s
                 }
@@ -53,6 +50,29 @@ impl Poller {
     pub(crate) fn sites(&self) -> usize {
         self.sites.len()
     }
+}
+
+/// The slot of a new call site. Another topdown process reading the same
+/// pinned instance may have resolved it, or named slots, first: the site
+/// table and the names map decide, so that every reader agrees.
+fn resolve(
+    maps: &Maps,
+    ksyms: &Kallsyms,
+    mapper: &mut Mapper,
+    src: Option<&mut (dyn SourceLookup + '_)>,
+    ret: u64,
+) -> Result<u32> {
+    if let Some(s) = maps.site(ret)? {
+        if !mapper.reasons.known(s) {
+            mapper.sync(maps)?;
+        }
+        return Ok(s);
+    }
+    let s = mapper.classify(ksyms, ret, src);
+    let s = mapper.claim(maps, s)?;
+    // A full site table leaves the site pending: its calls are still
+    // counted, here, under the right reason.
+    maps.add_site(ret, s)
 }
 
 /// The poller against the real counting path (BPF_PROG_TEST_RUN; root).
@@ -82,7 +102,7 @@ ffffffff81003000 T end_of_text
             let (a, b1, b2) = (0xffffffff81000010, 0xffffffff81001010, 0xffffffff81001800);
             p.test_count(a, 2);
             p.test_count(b1, 1);
-            let t = poller.totals(p, &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
             let sa = m.reasons.lookup("caller_a").unwrap();
             let sb = m.reasons.lookup("caller_b").unwrap();
             assert_eq!((t[sa as usize], t[sb as usize]), (2, 1));
@@ -92,11 +112,11 @@ ffffffff81003000 T end_of_text
             p.test_count(a, 10);
             p.test_count(b1, 20);
             p.test_count(b2, 30);
-            let t = poller.totals(p, &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
             assert_eq!((t[sa as usize], t[sb as usize]), (12, 51));
             assert_eq!(t.iter().sum::<u64>(), 63);
             p.test_count(b2, 1);
-            let t = poller.totals(p, &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
             assert_eq!(t[sb as usize], 52);
             assert_eq!(poller.sites(), 3);
         }

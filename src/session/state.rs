@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{StackStat, Stat, Stats, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{StackStat, Stat, Stats, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::{
@@ -46,7 +46,9 @@ struct Span {
 #[derive(Debug)]
 pub(crate) struct State {
     trigger: Trigger,
-    /// Totals at the last printed interval.
+    /// Cumulative totals when the run started (a pinned instance has
+    /// counted before), and at the last printed interval.
+    base: Vec<u64>,
     prev: Vec<u64>,
     tallies: HashMap<u32, Tally>,
     spans: Vec<Span>,
@@ -60,15 +62,33 @@ fn cost(p: ProgStats) -> Cost {
     }
 }
 
+/// The drops of a span: the calls counted without a reason, then what the
+/// kernel side's statistics and run statistics say.
+pub(crate) fn drops(not_found: u64, sites_full: u64, st: &Stats, prog: &ProgStats) -> Drops {
+    Drops {
+        caller_not_found: not_found,
+        sites_full,
+        recursion_misses: prog.recursion_misses,
+        deep_unwind_failed: st.get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
+        stacks_sampled_out: st.stack(StackStat::TD_STACK_SAMPLED_OUT),
+        stacks_rate_capped: st.stack(StackStat::TD_STACK_RATE_CAPPED),
+        stacks_ringbuf_full: st.stack(StackStat::TD_STACK_RINGBUF_FULL),
+        own_calls: st.get(Stat::TD_STAT_OWN_CALLS),
+    }
+}
+
 fn count_of(totals: &[u64], slot: u32) -> u64 {
     totals.get(slot as usize).copied().unwrap_or(0)
 }
 
 impl State {
-    pub(crate) fn new(trigger: Trigger) -> Self {
+    /// A run whose counters read `base` at its start.
+    pub(crate) fn new(mut trigger: Trigger, base: Vec<u64>) -> Self {
+        trigger.start_from(&base);
         State {
             trigger,
-            prev: vec![0; NR_SLOTS],
+            prev: base.clone(),
+            base,
             tallies: HashMap::new(),
             spans: Vec::new(),
         }
@@ -152,7 +172,8 @@ impl State {
 
     /// The summary of the whole run.
     pub(crate) fn finish(&self, end: &End<'_>, reasons: &Reasons) -> Summary {
-        let run = Interval::between(&[], end.totals, end.secs);
+        let run = Interval::between(&self.base, end.totals, end.secs);
+        let since = |slot: u32| count_of(end.totals, slot).wrapping_sub(count_of(&self.base, slot));
         let st = &end.stats;
         // Every reason captured, in the order capture first reached it, the
         // current one last.
@@ -204,16 +225,7 @@ impl State {
             },
             calls: run.named(reasons),
             other_merges: reasons.merged().iter().cloned().collect(),
-            drops: Drops {
-                caller_not_found: count_of(end.totals, SLOT_NOT_FOUND),
-                sites_full: count_of(end.totals, SLOT_SITES_FULL),
-                recursion_misses: end.prog.recursion_misses,
-                deep_unwind_failed: st.get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
-                stacks_sampled_out: st.stack(StackStat::TD_STACK_SAMPLED_OUT),
-                stacks_rate_capped: st.stack(StackStat::TD_STACK_RATE_CAPPED),
-                stacks_ringbuf_full: st.stack(StackStat::TD_STACK_RINGBUF_FULL),
-                own_calls: st.get(Stat::TD_STAT_OWN_CALLS),
-            },
+            drops: drops(since(SLOT_NOT_FOUND), since(SLOT_SITES_FULL), st, &end.prog),
             stacks,
             captures,
             stacks_matched: st.stack(StackStat::TD_STACK_MATCHED),
@@ -232,6 +244,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::abi::NR_SLOTS;
     use crate::session::trigger::{Config, Switch};
 
     fn reasons() -> Reasons {
@@ -288,7 +301,7 @@ mod tests {
     #[test]
     fn intervals_are_deltas_and_ticks_start_capture_between_them() {
         let r = reasons();
-        let mut s = State::new(trigger(true));
+        let mut s = State::new(trigger(true), vec![0; NR_SLOTS]);
         assert!(s.auto());
         assert!(s.tick(1.0, 1_000, &totals(0, 50, 50)).is_none());
         let iv = s.interval(totals(0, 50, 50), 1.0, &r, 0.0, "c".into());
@@ -313,7 +326,7 @@ mod tests {
     #[test]
     fn the_summary_names_drops_phase_captures_and_stacks_in_order() {
         let r = reasons();
-        let mut s = State::new(trigger(true));
+        let mut s = State::new(trigger(true), vec![0; NR_SLOTS]);
         assert_eq!(
             s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
             Switch::Start(2)
@@ -374,7 +387,7 @@ mod tests {
     #[test]
     fn a_counting_run_has_no_stacks_and_verify_when_asked() {
         let r = reasons();
-        let mut s = State::new(trigger(false));
+        let mut s = State::new(trigger(false), vec![0; NR_SLOTS]);
         assert!(!s.auto());
         assert!(s.tick(1.0, 0, &totals(0, 100, 0)).is_none());
         let t = totals(0, 1, 0);
@@ -389,15 +402,18 @@ mod tests {
     #[test]
     fn a_stack_on_run_is_one_capture_from_the_start() {
         let r = reasons();
-        let mut s = State::new(Trigger::new(
-            Config {
-                threshold: 80.0,
-                min_events: 1,
-                min_rate: 0.0,
-                auto: true,
-            },
-            Some(2),
-        ));
+        let mut s = State::new(
+            Trigger::new(
+                Config {
+                    threshold: 80.0,
+                    min_events: 1,
+                    min_rate: 0.0,
+                    auto: true,
+                },
+                Some(2),
+            ),
+            vec![0; NR_SLOTS],
+        );
         s.capturing(2, 0.0, 7, &totals(0, 0, 0));
         // Pinned: a hot ZAP moves nothing.
         assert!(s.tick(1.0, 0, &totals(0, 0, 500)).is_none());

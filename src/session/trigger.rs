@@ -113,6 +113,11 @@ impl Trigger {
         }
     }
 
+    /// Counts start from these cumulative totals (a pinned instance's).
+    pub(crate) fn start_from(&mut self, base: &[u64]) {
+        self.window = VecDeque::from([(0.0, base.to_vec())]);
+    }
+
     pub(crate) fn threshold(&self) -> f64 {
         self.cfg.threshold
     }

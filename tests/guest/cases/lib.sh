@@ -137,9 +137,9 @@ reason_count() {
 	echo "${_v:-0}"
 }
 
-# reason_rows: number of reason rows in $TD_SUMMARY.
+# reason_rows: number of rows of the "reasons" table in $TD_SUMMARY.
 reason_rows() {
-	echo "$TD_SUMMARY" | grep -o '{"reason":' | wc -l
+	echo "$TD_SUMMARY" | grep -o '"reasons":\[[^]]*\]' | head -n 1 | grep -o '{"reason":' | wc -l
 }
 
 # summary_num KEY: the first number stored under "KEY" in $TD_SUMMARY.

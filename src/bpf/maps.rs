@@ -1,0 +1,406 @@
+//! The maps the counting program shares with user space, as handles that
+//! work the same for an object this process loaded and for one pinned in
+//! bpffs by another: reading counts and pending call sites, resolving
+//! sites, naming reason slots, steering stack capture.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::bpf::abi::{self, Stats, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::skel::{types, TopdownSkel};
+use crate::error::{Error, Result};
+
+const ZERO_KEY: [u8; 4] = 0u32.to_ne_bytes();
+const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
+const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
+
+/// The maps a pinned instance keeps, by the file name of their pins.
+pub(crate) const PINNED_MAPS: [&str; 9] = [
+    "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data",
+];
+
+/// The mmap'ed .data map: td_control, which the BPF side reads directly.
+struct Control {
+    ptr: *mut types::td_control,
+    len: usize,
+}
+
+impl Control {
+    fn map(data: &MapHandle) -> Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = std::mem::size_of::<types::data>().div_ceil(page) * page;
+        // SAFETY: mapping a BPF array map's fd (created mmapable by libbpf
+        // for .data) shared, at offset 0, for the size of its value.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                data.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::msg(format!("mapping the .data map: {e}")));
+        }
+        Ok(Control {
+            ptr: ptr.cast::<types::data>().cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        // SAFETY: ptr and len are what mmap returned.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Moves stack capture to `slot` with `callers` as its caller ranges, in
+/// the order the BPF side relies on (see td_control in topdown.h): capture
+/// off, no ranges, the ranges, their count, then the new reason. Each store
+/// is volatile (the BPF side reads the memory directly) and fenced.
+///
+/// # Safety
+/// `ctl` must point to the mmap'ed td_control of a loaded object.
+pub(crate) unsafe fn publish(ctl: *mut types::td_control, slot: u32, callers: &[(u64, u64)]) {
+    use std::ptr::{addr_of_mut, write_volatile};
+    write_volatile(addr_of_mut!((*ctl).reason), SLOT_NONE);
+    write_volatile(addr_of_mut!((*ctl).nr_ranges), 0);
+    fence(Ordering::SeqCst);
+    for (i, &(lo, hi)) in callers.iter().take(MAX_STACK_RANGES).enumerate() {
+        let r = addr_of_mut!((*ctl).ranges[i]);
+        write_volatile(addr_of_mut!((*r).lo), lo);
+        write_volatile(addr_of_mut!((*r).hi), hi);
+        write_volatile(addr_of_mut!((*r).reason), slot);
+    }
+    fence(Ordering::SeqCst);
+    write_volatile(
+        addr_of_mut!((*ctl).nr_ranges),
+        callers.len().min(MAX_STACK_RANGES) as u32,
+    );
+    fence(Ordering::SeqCst);
+    write_volatile(addr_of_mut!((*ctl).reason), slot);
+}
+
+/// What claiming a slot's name found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The slot now has the name (it was free, or already had it).
+    Ours,
+    /// Another process named the slot first.
+    Taken(String),
+}
+
+pub(crate) struct Maps {
+    counts: MapHandle,
+    sites: MapHandle,
+    pending: MapHandle,
+    stats: MapHandle,
+    budget: MapHandle,
+    samples: MapHandle,
+    names: MapHandle,
+    meta: MapHandle,
+    data: MapHandle,
+    ctl: Control,
+}
+
+fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
+    MapHandle::try_from(m).map_err(|e| Error::bpf(&format!("opening the {what} map"), e))
+}
+
+/// The bytes of a NUL-terminated string field.
+fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// A name as the names map stores it: truncated to fit, NUL-padded.
+fn name_value(name: &str) -> Vec<u8> {
+    let mut v = vec![0u8; NAME_LEN];
+    let mut n = name.len().min(NAME_LEN - 1);
+    while !name.is_char_boundary(n) {
+        n -= 1;
+    }
+    v[..n].copy_from_slice(&name.as_bytes()[..n]);
+    v
+}
+
+impl Maps {
+    /// The maps of an object this process loaded.
+    pub(crate) fn of_skel(skel: &TopdownSkel<'_>) -> Result<Self> {
+        let m = &skel.maps;
+        let data = handle(&m.data, ".data")?;
+        Ok(Maps {
+            counts: handle(&m.counts, "counts")?,
+            sites: handle(&m.sites, "sites")?,
+            pending: handle(&m.pending, "pending")?,
+            stats: handle(&m.stats, "stats")?,
+            budget: handle(&m.budget, "budget")?,
+            samples: handle(&m.samples, "samples")?,
+            names: handle(&m.names, "names")?,
+            meta: handle(&m.meta, "meta")?,
+            ctl: Control::map(&data)?,
+            data,
+        })
+    }
+
+    /// The maps pinned in `dir`.
+    pub(crate) fn open(dir: &Path) -> Result<Self> {
+        let open = |name: &str| {
+            MapHandle::from_pinned_path(dir.join(name))
+                .map_err(|e| Error::bpf(&format!("opening {}", dir.join(name).display()), e))
+        };
+        let data = open("data")?;
+        Ok(Maps {
+            counts: open("counts")?,
+            sites: open("sites")?,
+            pending: open("pending")?,
+            stats: open("stats")?,
+            budget: open("budget")?,
+            samples: open("samples")?,
+            names: open("names")?,
+            meta: open("meta")?,
+            ctl: Control::map(&data)?,
+            data,
+        })
+    }
+
+    /// Pins every map of `PINNED_MAPS` into `dir`.
+    pub(crate) fn pin(&mut self, dir: &Path) -> Result<()> {
+        for (name, m) in [
+            ("counts", &mut self.counts),
+            ("sites", &mut self.sites),
+            ("pending", &mut self.pending),
+            ("stats", &mut self.stats),
+            ("budget", &mut self.budget),
+            ("samples", &mut self.samples),
+            ("names", &mut self.names),
+            ("meta", &mut self.meta),
+            ("data", &mut self.data),
+        ] {
+            m.pin(dir.join(name))
+                .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
+        }
+        Ok(())
+    }
+
+    fn counts_percpu(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .counts
+            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the counters", e))?
+            .unwrap_or_default())
+    }
+
+    /// Per-slot counts summed over all possible CPUs.
+    pub(crate) fn counts(&self) -> Result<Vec<u64>> {
+        Ok(abi::slots_of(&self.counts_percpu()?))
+    }
+
+    /// Return addresses not yet in the site table, with their counts.
+    pub(crate) fn pending(&self) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for key in self.pending.keys() {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            // Nothing deletes keys, so each listed key can be looked up.
+            if let Some(v) = self
+                .pending
+                .lookup_percpu(&k, MapFlags::ANY)
+                .map_err(|e| Error::bpf("reading the pending sites", e))?
+            {
+                out.push((u64::from_ne_bytes(k), abi::sum_percpu::<1>(&v)[0]));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether some pending call site has no slot yet (resolving it needs
+    /// the kernel's symbols).
+    pub(crate) fn unresolved(&self) -> Result<bool> {
+        for key in self.pending.keys() {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            if self.site(u64::from_ne_bytes(k))?.is_none() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The slot the site table gives a return address, if any.
+    pub(crate) fn site(&self, ret: u64) -> Result<Option<u32>> {
+        let v = self
+            .sites
+            .lookup(&ret.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the site table", e))?;
+        Ok(v.and_then(|b| Some(u32::from_ne_bytes(b.get(..4)?.try_into().ok()?))))
+    }
+
+    /// Tells the BPF side which slot a return address counts in, unless it
+    /// already has one (another process resolved it first): returns the
+    /// slot the table holds. A full site table is not an error: the site's
+    /// calls then stay pending and are added under its reason by user
+    /// space.
+    pub(crate) fn add_site(&self, ret: u64, slot: u32) -> Result<u32> {
+        match self
+            .sites
+            .update(&ret.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::NO_EXIST)
+        {
+            Ok(()) => Ok(slot),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                Ok(self.site(ret)?.unwrap_or(slot))
+            }
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(slot),
+            Err(e) => Err(Error::bpf("updating the site table", e)),
+        }
+    }
+
+    /// Every slot's name recorded so far.
+    pub(crate) fn names(&self) -> Result<Vec<(u32, String)>> {
+        let mut out = Vec::new();
+        for key in self.names.keys() {
+            let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            if let Some(v) = self
+                .names
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| Error::bpf("reading the reason names", e))?
+            {
+                out.push((u32::from_ne_bytes(k), c_str(&v)));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Records `name` for `slot` unless another process named it first.
+    pub(crate) fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
+        let value = name_value(name);
+        match self
+            .names
+            .update(&slot.to_ne_bytes(), &value, MapFlags::NO_EXIST)
+        {
+            Ok(()) => Ok(Claim::Ours),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                let held = self
+                    .names
+                    .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| Error::bpf("reading the reason names", e))?
+                    .map(|v| c_str(&v))
+                    .unwrap_or_default();
+                Ok(if held == c_str(&value) {
+                    Claim::Ours
+                } else {
+                    Claim::Taken(held)
+                })
+            }
+            Err(e) => Err(Error::bpf("naming a reason slot", e)),
+        }
+    }
+
+    /// The meta map's text (empty if never written).
+    pub(crate) fn meta(&self) -> Result<String> {
+        let v = self
+            .meta
+            .lookup(&ZERO_KEY, MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the meta map", e))?
+            .unwrap_or_default();
+        Ok(c_str(&v))
+    }
+
+    pub(crate) fn set_meta(&self, text: &str) -> Result<()> {
+        if text.len() >= META_LEN {
+            return Err(Error::msg(format!(
+                "the instance's description is {} bytes, more than the {META_LEN} its map holds",
+                text.len()
+            )));
+        }
+        let mut v = vec![0u8; META_LEN];
+        v[..text.len()].copy_from_slice(text.as_bytes());
+        self.meta
+            .update(&ZERO_KEY, &v, MapFlags::ANY)
+            .map_err(|e| Error::bpf("writing the meta map", e))
+    }
+
+    pub(crate) fn stats(&self) -> Result<Stats> {
+        let v = self
+            .stats
+            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the statistics", e))?
+            .unwrap_or_default();
+        Ok(Stats::from_percpu(&v, &self.counts_percpu()?))
+    }
+
+    /// Lets each CPU send up to `per_cpu` more stacks (the budget is
+    /// replaced, not added to: what a CPU did not use is gone).
+    pub(crate) fn refill(&self, per_cpu: u64) -> Result<()> {
+        let cpus = libbpf_rs::num_possible_cpus()
+            .map_err(|e| Error::bpf("counting the possible CPUs", e))?;
+        let values = vec![per_cpu.to_ne_bytes().to_vec(); cpus];
+        self.budget
+            .update_percpu(&ZERO_KEY, &values, MapFlags::ANY)
+            .map_err(|e| Error::bpf("refilling the stack budget", e))
+    }
+
+    /// A handle on the sample ring buffer.
+    pub(crate) fn samples(&self) -> Result<MapHandle> {
+        MapHandle::try_from(&self.samples)
+            .map_err(|e| Error::bpf("opening the sample ring buffer", e))
+    }
+
+    /// Captures stacks of `slot` from now on (SLOT_NONE: none); `callers`
+    /// are the address ranges of the reason's caller functions, for calls
+    /// from sites not resolved yet.
+    pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
+        if callers.len() > MAX_STACK_RANGES {
+            return Err(Error::msg(format!(
+                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
+                callers.len()
+            )));
+        }
+        // SAFETY: ctl points into the .data mapping, alive as long as self.
+        unsafe { publish(self.ctl.ptr, slot, callers) };
+        Ok(())
+    }
+
+    /// The reason stacks are being captured of, if any.
+    pub(crate) fn capturing(&self) -> Option<u32> {
+        // SAFETY: as in capture; a u32 load.
+        let r = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ctl.ptr).reason)) };
+        (r != SLOT_NONE).then_some(r)
+    }
+
+    /// The raw control block, for a test that moves capture from one thread
+    /// while another runs the program.
+    #[cfg(test)]
+    pub(crate) fn control_ptr(&self) -> *mut types::td_control {
+        self.ctl.ptr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stored_truncated_and_read_back() {
+        assert_eq!(c_str(&name_value("ZAP")), "ZAP");
+        let long = "x".repeat(NAME_LEN + 10);
+        assert_eq!(c_str(&name_value(&long)).len(), NAME_LEN - 1);
+        // Never cut inside a character.
+        let wide = "é".repeat(NAME_LEN);
+        assert!(c_str(&name_value(&wide)).chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,387 @@
+//! Pinned instances: tier 1 left counting in bpffs, under
+//! /sys/fs/bpf/topdown/FUNC/, with no topdown process running. The
+//! directory holds the program's link, the maps readers need, and in the
+//! `meta` map a description (what was pinned, how, when, with which map
+//! layout); it lives exactly as long as the pins, so a reboot clears all of
+//! it. Directories and pins are root's alone (0700 and 0600).
+
+use std::fs;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use libbpf_rs::Link;
+use serde::{Deserialize, Serialize};
+
+use crate::bpf::maps::{Maps, PINNED_MAPS};
+use crate::bpf::probe::{Mode, Probe};
+use crate::bpf::skel::types;
+use crate::error::{Error, Result};
+use crate::reasons::SourcePattern;
+
+const BPFFS: &str = "/sys/fs/bpf";
+const ROOT: &str = "/sys/fs/bpf/topdown";
+/// Where readers' locks live: /run is a tmpfs, cleared at boot like bpffs.
+const LOCKS: &str = "/run/topdown";
+const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+/// The map layout this topdown reads and writes.
+pub(crate) const LAYOUT: u32 = types::td_abi::TD_LAYOUT_VERSION.0;
+
+/// What a reader needs to know about a pinned instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    /// The map layout (TD_LAYOUT_VERSION) and topdown version that pinned it.
+    pub(crate) layout: u32,
+    pub(crate) version: String,
+    pub(crate) function: String,
+    pub(crate) func_addr: u64,
+    /// "fentry" or "kprobe", and why not fentry if not.
+    pub(crate) mode: String,
+    pub(crate) fallback: Option<String>,
+    /// Where the profile came from (None: one reason per caller).
+    pub(crate) profile: Option<String>,
+    /// How call sites map to reasons, for readers that resolve new ones:
+    /// (caller, reason) routes and source patterns (with a debug vmlinux).
+    pub(crate) routes: Vec<(String, String)>,
+    pub(crate) source_routes: Vec<(SourcePattern, String)>,
+    pub(crate) max_reasons: usize,
+    pub(crate) vmlinux: Option<PathBuf>,
+    /// Fixed in the program: what a captured stack holds.
+    pub(crate) user_stacks: bool,
+    pub(crate) depth: u32,
+    pub(crate) sample: u32,
+    /// The kernel and boot it was pinned in, and when (Unix seconds).
+    pub(crate) kernel: String,
+    pub(crate) boot_id: String,
+    pub(crate) pinned_at: f64,
+}
+
+impl Meta {
+    pub(crate) fn mode(&self) -> Mode {
+        if self.mode == Mode::Kprobe.name() {
+            Mode::Kprobe
+        } else {
+            Mode::Fentry
+        }
+    }
+}
+
+/// The running kernel's release and boot id.
+pub(crate) fn kernel_and_boot() -> (String, String) {
+    let read = |p: &str| {
+        fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    (
+        read("/proc/sys/kernel/osrelease"),
+        read("/proc/sys/kernel/random/boot_id"),
+    )
+}
+
+fn dir_of(func: &str) -> PathBuf {
+    Path::new(ROOT).join(func)
+}
+
+/// Whether `func` has a pinned instance.
+pub(crate) fn is_pinned(func: &str) -> bool {
+    dir_of(func).is_dir()
+}
+
+/// Functions with a pinned instance, sorted.
+pub(crate) fn pinned() -> Result<Vec<String>> {
+    let entries = match fs::read_dir(ROOT) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::msg(format!("cannot list {ROOT}: {e}"))),
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.contains('-'))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Mounts bpffs at /sys/fs/bpf unless it is there already.
+fn ensure_bpffs() -> Result<()> {
+    let is_bpffs = |p: &str| {
+        let c = std::ffi::CString::new(p).expect("no NUL");
+        // SAFETY: statfs with a valid path and out-pointer.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0) && st.f_type as i64 == BPF_FS_MAGIC
+    };
+    if is_bpffs(BPFFS) {
+        return Ok(());
+    }
+    let target = std::ffi::CString::new(BPFFS).expect("no NUL");
+    let bpf = std::ffi::CString::new("bpf").expect("no NUL");
+    let opts = std::ffi::CString::new("mode=0700").expect("no NUL");
+    // SAFETY: mount(2) with valid NUL-terminated strings.
+    let rc = unsafe {
+        libc::mount(
+            bpf.as_ptr(),
+            target.as_ptr(),
+            bpf.as_ptr(),
+            0,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::msg(format!(
+            "bpffs is not mounted at {BPFFS} and mounting it failed ({e}): \
+             mount it with 'mount -t bpf bpf {BPFFS}'"
+        )));
+    }
+    Ok(())
+}
+
+/// Removes a directory of pins and what is in it (pins are plain files to
+/// unlink: the kernel objects go once nothing else holds them).
+fn remove_dir(dir: &Path) -> Result<()> {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            fs::remove_file(e.path()).map_err(|err| {
+                Error::msg(format!("cannot remove {}: {err}", e.path().display()))
+            })?;
+        }
+    }
+    match fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::msg(format!("cannot remove {}: {e}", dir.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Pins `probe` (loaded and attached by this process) as `meta.function`'s
+/// instance. Everything is pinned into a directory of its own first and
+/// renamed into place at the end, so a failure leaves nothing behind and a
+/// reader never sees half an instance.
+pub(crate) fn pin(probe: &mut Probe<'_>, meta: &Meta) -> Result<PathBuf> {
+    let func = &meta.function;
+    ensure_bpffs()?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(ROOT)
+        .map_err(|e| Error::msg(format!("cannot create {ROOT}: {e}")))?;
+    let dir = dir_of(func);
+    if dir.exists() {
+        return Err(Error::msg(format!(
+            "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
+        )));
+    }
+    // bpffs refuses dots in names; a dash cannot be in a function's name.
+    let tmp = Path::new(ROOT).join(format!("pinning-{func}-{}", std::process::id()));
+    remove_dir(&tmp)?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .map_err(|e| Error::msg(format!("cannot create {}: {e}", tmp.display())))?;
+    let done = (|| {
+        let text = serde_json::to_string(meta).expect("meta serializes");
+        probe.maps().set_meta(&text)?;
+        probe.pin(&tmp)?;
+        fs::rename(&tmp, &dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::DirectoryNotEmpty => {
+                Error::msg(format!("{func} was pinned meanwhile by another topdown"))
+            }
+            _ => Error::msg(format!("cannot move the pins into {}: {e}", dir.display())),
+        })
+    })();
+    if let Err(e) = done {
+        return Err(match remove_dir(&tmp) {
+            Ok(()) => e,
+            Err(cleanup) => Error::msg(format!("{e}; and {cleanup}")),
+        });
+    }
+    Ok(dir)
+}
+
+/// A pinned instance, opened.
+pub(crate) struct Instance {
+    pub(crate) meta: Meta,
+    pub(crate) probe: Probe<'static>,
+}
+
+/// Opens `func`'s pinned instance, refusing one pinned with another map
+/// layout (it can only be unpinned).
+pub(crate) fn open(func: &str) -> Result<Instance> {
+    let dir = dir_of(func);
+    if !dir.is_dir() {
+        return Err(not_pinned(func));
+    }
+    let unreadable = |why: String| {
+        Error::msg(format!(
+            "{func}'s pinned instance cannot be read by this topdown ({} with map layout {LAYOUT}): \
+             {why}; remove it with 'topdown unpin {func}' and pin it again",
+            env!("CARGO_PKG_VERSION")
+        ))
+    };
+    for name in PINNED_MAPS.iter().chain(&["link"]) {
+        if !dir.join(name).exists() {
+            return Err(unreadable(format!("it has no {name}")));
+        }
+    }
+    let maps = Maps::open(&dir).map_err(|e| unreadable(e.to_string()))?;
+    let text = maps.meta().map_err(|e| unreadable(e.to_string()))?;
+    let meta = parse_meta(&text).map_err(unreadable)?;
+    let link = Link::open(dir.join("link"))
+        .map_err(|e| Error::bpf(&format!("opening {}", dir.join("link").display()), e))?;
+    let probe = Probe::pinned(maps, &link, meta.mode(), func);
+    Ok(Instance { meta, probe })
+}
+
+/// A pinned instance's meta, if this topdown reads its map layout; else
+/// why not.
+fn parse_meta(text: &str) -> std::result::Result<Meta, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) if v["layout"] != serde_json::json!(LAYOUT) => Err(format!(
+            "it was pinned by topdown {} with map layout {}",
+            v["version"].as_str().unwrap_or("?"),
+            v["layout"]
+        )),
+        Ok(v) => serde_json::from_value(v).map_err(|e| format!("its meta: {e}")),
+        Err(e) => Err(format!("its meta: {e}")),
+    }
+}
+
+fn not_pinned(func: &str) -> Error {
+    Error::msg(format!(
+        "{func} is not pinned (see topdown show; pinned functions do not survive a reboot)"
+    ))
+}
+
+/// Detaches `func`'s pinned instance and removes its pins. Refused while a
+/// topdown process reads it with stack capture.
+pub(crate) fn unpin(func: &str) -> Result<()> {
+    let dir = dir_of(func);
+    if !dir.is_dir() {
+        return Err(not_pinned(func));
+    }
+    let _lock = Lock::take(func)?;
+    // Hold the link while the pins go, and drop it last: the final put
+    // from a close frees the program at once, where the one from an
+    // unlinked pin may be left to a workqueue.
+    let link = Link::open(dir.join("link")).ok();
+    remove_dir(&dir)?;
+    drop(link);
+    Ok(())
+}
+
+/// Pin directories of pins that were killed halfway.
+pub(crate) fn leftovers() -> Vec<PathBuf> {
+    fs::read_dir(ROOT)
+        .map(|es| {
+            es.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("pinning-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes the directory of a pin that was killed halfway.
+pub(crate) fn remove_leftover(dir: &Path) -> Result<()> {
+    remove_dir(dir)
+}
+
+/// The one topdown process allowed to steer a pinned instance's stack
+/// capture (its ring buffer has one consumer). Released when the process
+/// ends, however it ends.
+pub(crate) struct Lock {
+    _file: fs::File,
+}
+
+impl Lock {
+    fn path(func: &str) -> PathBuf {
+        Path::new(LOCKS).join(format!("{func}.lock"))
+    }
+
+    /// Takes `func`'s lock, or says which process holds it.
+    pub(crate) fn take(func: &str) -> Result<Lock> {
+        Self::try_take(func)?.map_err(|pid| {
+            Error::msg(format!(
+                "{func}'s pinned instance is being read by topdown (pid {pid}); \
+                 end that one first (topdown show reads it alongside)"
+            ))
+        })
+    }
+
+    /// Takes `func`'s lock if it is free; Err(pid) if a process holds it.
+    pub(crate) fn try_take(func: &str) -> Result<std::result::Result<Lock, String>> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(LOCKS)
+            .map_err(|e| Error::msg(format!("cannot create {LOCKS}: {e}")))?;
+        let path = Self::path(func);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::msg(format!("cannot open {}: {e}", path.display())))?;
+        // SAFETY: flock on an open file descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            return Ok(Err(pid.trim().to_string()));
+        }
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = write!(file, "{}", std::process::id());
+        Ok(Ok(Lock { _file: file }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_round_trips_as_json() {
+        let m = Meta {
+            layout: LAYOUT,
+            version: "0.1.0".into(),
+            function: "deferred_split_folio".into(),
+            func_addr: 0xffffffff81000000,
+            mode: "kprobe".into(),
+            fallback: Some("no BTF".into()),
+            profile: Some("built-in profile deferred_split_folio".into()),
+            routes: vec![("do_huge_pmd_anonymous_page".into(), "FAULT_ALLOC".into())],
+            source_routes: vec![(SourcePattern::File("mm/rmap.c".into()), "ZAP".into())],
+            max_reasons: 128,
+            vmlinux: None,
+            user_stacks: false,
+            depth: 64,
+            sample: 1,
+            kernel: "6.12.0".into(),
+            boot_id: "b".into(),
+            pinned_at: 1.5,
+        };
+        let text = serde_json::to_string(&m).unwrap();
+        let back = parse_meta(&text).unwrap();
+        assert_eq!(back, m);
+        // Another layout is refused by name, whatever else it holds.
+        let other = text.replace(&format!("\"layout\":{LAYOUT}"), "\"layout\":99");
+        assert_eq!(
+            parse_meta(&other).unwrap_err(),
+            "it was pinned by topdown 0.1.0 with map layout 99"
+        );
+        assert!(parse_meta("").unwrap_err().starts_with("its meta: "));
+        assert_eq!(back.mode(), Mode::Kprobe);
+        assert!(text.len() < 1000);
+    }
+}

@@ -1,0 +1,167 @@
+//! Pinned instances as OpenMetrics text, for Prometheus (`topdown serve`),
+//! encoded by the Prometheus project's client library:
+//!
+//! - `topdown_calls_total{function,reason}`: calls per reason since the
+//!   instance was pinned (every reason named so far, zeros included);
+//! - `topdown_drops_total{function,cause}`: calls not counted under their
+//!   reason, and stacks not captured, by cause (as in the summary's drops);
+//! - `topdown_info{function,mode,profile,kernel,version}`: 1;
+//! - `topdown_pinned_timestamp_seconds{function}`: when it was pinned, so a
+//!   re-pin (counters starting over) can be told from a counter wrap.
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+
+use crate::report::Pinned;
+
+/// A scrape's worth of pinned instances.
+#[derive(Debug)]
+struct Scrape(Vec<Pinned>);
+
+impl prometheus_client::collector::Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let mut m = enc.encode_descriptor(
+            "topdown_calls",
+            "Calls of the traced kernel function per reason since it was pinned.",
+            None,
+            MetricType::Counter,
+        )?;
+        for p in &self.0 {
+            for r in p.calls.rows.iter().filter(|r| !r.special) {
+                let labels = [("function", p.func.as_str()), ("reason", r.reason.as_str())];
+                ConstCounter::new(r.count).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "topdown_drops",
+            "Calls not counted under their reason, and stacks not captured, by cause.",
+            None,
+            MetricType::Counter,
+        )?;
+        for p in &self.0 {
+            for (cause, n) in p.drops.fields() {
+                let labels = [("function", p.func.as_str()), ("cause", cause)];
+                ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "topdown",
+            "A pinned function: how it is traced.",
+            None,
+            MetricType::Info,
+        )?;
+        for p in &self.0 {
+            let labels = [
+                ("function", p.func.as_str()),
+                ("mode", p.mode.as_str()),
+                ("profile", p.profile.as_deref().unwrap_or("none")),
+                ("kernel", p.kernel.as_str()),
+                ("version", p.version.as_str()),
+            ];
+            m.encode_info(&labels)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "topdown_pinned_timestamp_seconds",
+            "When the function was pinned (Unix time): its counters started then.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &self.0 {
+            let labels = [("function", p.func.as_str())];
+            ConstGauge::new(p.pinned_at).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The OpenMetrics text of `pinned`, `# EOF` included.
+pub(crate) fn encode(pinned: Vec<Pinned>) -> String {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(Scrape(pinned)));
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    prometheus_client::encoding::text::encode(&mut out, &registry).expect("encodes");
+    out
+}
+
+/// The content type of `encode`'s text.
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Distribution, Drops, ReasonRow};
+
+    fn pinned() -> Pinned {
+        let row = |reason: &str, count: u64, special: bool| ReasonRow {
+            reason: reason.into(),
+            count,
+            rate: 0.0,
+            share: 0.0,
+            special,
+        };
+        Pinned {
+            func: "deferred_split_folio".into(),
+            mode: "fentry".into(),
+            profile: Some("built-in profile deferred_split_folio".into()),
+            kernel: "6.12.0".into(),
+            version: "0.1.0".into(),
+            pinned_at: 1700000000.5,
+            calls: Distribution {
+                secs: 10.0,
+                total: 12,
+                rate: 1.2,
+                rows: vec![
+                    row("ZAP", 7, false),
+                    row("FAULT_ALLOC", 4, false),
+                    row("[caller not found]", 1, true),
+                    row("MIGRATE", 0, false),
+                ],
+            },
+            drops: Drops {
+                caller_not_found: 1,
+                ..Drops::default()
+            },
+        }
+    }
+
+    #[test]
+    fn counters_info_and_timestamp_in_openmetrics_text() {
+        let t = encode(vec![pinned()]);
+        let lines: Vec<&str> = t.lines().collect();
+        for want in [
+            "# TYPE topdown_calls counter",
+            "topdown_calls_total{function=\"deferred_split_folio\",reason=\"ZAP\"} 7",
+            "topdown_calls_total{function=\"deferred_split_folio\",reason=\"FAULT_ALLOC\"} 4",
+            "topdown_calls_total{function=\"deferred_split_folio\",reason=\"MIGRATE\"} 0",
+            "# TYPE topdown_drops counter",
+            "topdown_drops_total{function=\"deferred_split_folio\",cause=\"caller_not_found\"} 1",
+            "topdown_drops_total{function=\"deferred_split_folio\",cause=\"own_calls\"} 0",
+            "# TYPE topdown info",
+            "topdown_info{function=\"deferred_split_folio\",mode=\"fentry\",profile=\"built-in profile deferred_split_folio\",kernel=\"6.12.0\",version=\"0.1.0\"} 1",
+            "# TYPE topdown_pinned_timestamp_seconds gauge",
+            "topdown_pinned_timestamp_seconds{function=\"deferred_split_folio\"} 1700000000.5",
+        ] {
+            assert!(lines.contains(&want), "no `{want}` in:\n{t}");
+        }
+        // Special slots are drops, not reasons.
+        assert!(!t.contains("caller not found\"} "), "{t}");
+        assert_eq!(lines.last(), Some(&"# EOF"));
+        // Every sample line: a name, labels, one value.
+        for l in lines.iter().filter(|l| !l.starts_with('#')) {
+            let (name, rest) = l.split_once('{').expect(l);
+            assert!(name.starts_with("topdown"), "{l}");
+            let (_, value) = rest.rsplit_once("} ").expect(l);
+            value.parse::<f64>().expect(l);
+        }
+    }
+
+    #[test]
+    fn nothing_pinned_is_an_empty_exposition() {
+        let t = encode(vec![]);
+        assert!(t.ends_with("# EOF\n"), "{t}");
+        assert!(!t.lines().any(|l| !l.starts_with('#')), "{t}");
+    }
+}

@@ -1,0 +1,132 @@
+# Always-on tier 1: topdown pin leaves the counting program in bpffs; show, serve and
+# topdown FUNC read it; unpin removes everything. Exact counts throughout.
+. "$TD_LIB"
+need_cmd topdown thp readloop bpftool wget asnobody
+need_func deferred_split_folio vfs_read
+
+F=3 P=2 Q=2 C=2
+ROOT=/sys/fs/bpf/topdown
+
+# expect_fail PATTERN ARGS...: topdown ARGS fails with one line matching PATTERN.
+expect_fail() {
+	pattern=$1
+	shift
+	topdown "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
+	rc=$?
+	echo "+ topdown $*: $(cat "$TD_TMP/err")"
+	[ $rc = 1 ] || fail "topdown $*: exit status $rc, want 1"
+	expect_eq "stderr lines of topdown $*" "$(wc -l <"$TD_TMP/err")" 1
+	grep -q -- "$pattern" "$TD_TMP/err" || fail "topdown $*: stderr does not match '$pattern'"
+}
+
+# shown KEY: KEY's number in the last `topdown show --json` line of $SHOWN.
+reason_shown() {
+	_v=$(echo "$SHOWN" | grep -o "{\"reason\":\"$1\",\"count\":[0-9]*" | sed 's/.*://')
+	echo "${_v:-0}"
+}
+show_json() {
+	SHOWN=$(topdown show deferred_split_folio --json) || fail "show failed"
+	echo "show: $SHOWN" | cut -c1-600
+}
+
+expect_eq "nothing pinned" "$(topdown show)" \
+	"nothing is pinned (pin a function with topdown pin FUNC; pins do not survive a reboot)"
+
+# 1. Pinned, then the workload with no topdown process alive: exact per reason.
+topdown pin deferred_split_folio 2>"$TD_TMP/pin.err" || fail "pin failed: $(cat "$TD_TMP/pin.err")"
+cat "$TD_TMP/pin.err"
+[ -z "$(pidof topdown)" ] || fail "a topdown process is still running"
+expect_eq "pin dir mode" "$(stat -c %a $ROOT/deferred_split_folio)" 700
+expect_eq "pin modes" "$(stat -c %a $ROOT/deferred_split_folio/* | sort -u)" 600
+thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C >/dev/null || fail "thp failed"
+show_json
+expect_eq "pinned: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q))
+expect_eq "pinned: ZAP" "$(reason_shown ZAP)" $((P + Q))
+expect_eq "pinned: MADV_COLLAPSE" "$(reason_shown MADV_COLLAPSE)" $C
+expect_eq "pinned: total" "$(echo "$SHOWN" | grep -o '"total":[0-9]*' | sed 's/.*://')" $((F + 2 * P + 2 * Q + C))
+expect_eq "pinned: hot reason" "$(echo "$SHOWN" | grep -o '"hot_reason":"[A-Z_]*"' | sed 's/.*:"//; s/"//')" FAULT_ALLOC
+topdown show | grep -q "^deferred_split_folio: 13 calls in .* since it was pinned" || fail "no text show: $(topdown show)"
+
+# 2. Bad input: one line, nothing changed.
+expect_fail "deferred_split_folio is already pinned" pin deferred_split_folio
+expect_fail "vfs_read is not pinned" show vfs_read
+expect_fail "vfs_read is not pinned" unpin vfs_read
+expect_fail "deferred_split_folio is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" deferred_split_folio --kprobe
+mkdir $ROOT/bogus
+expect_fail "bogus's pinned instance cannot be read by this topdown .*: it has no counts; remove it with 'topdown unpin bogus'" show bogus
+topdown unpin bogus 2>/dev/null || fail "unpin of a broken pin failed"
+[ ! -e $ROOT/bogus ] || fail "bogus is still there"
+out=$(asnobody topdown show 2>&1) && fail "show as nobody succeeded: $out"
+echo "$out" | grep -q "not enough privileges" || fail "show as nobody: $out"
+
+# 3. A reader: counts from its start, exact; a second reader is refused; SIGKILL
+# leaves the pinned instance counting, exactly.
+td_start deferred_split_folio -i 1 --stack-on ZAP
+grep -q "reading pinned deferred_split_folio with fentry" "$TD_ERR" || fail "header: $(cat "$TD_ERR")"
+expect_fail "deferred_split_folio's pinned instance is being read by topdown (pid $TD_PID)" deferred_split_folio -d 1
+thp --munmap-halves $P >/dev/null || fail "thp failed"
+td_stop INT
+expect_eq "reader: ZAP" "$(reason_count ZAP)" $P
+expect_eq "reader: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $P
+expect_eq "reader: stacks of ZAP" "$(summary_num stacks_captured)" $P
+td_start deferred_split_folio -i 1 --stack-on FAULT_ALLOC
+thp --faults $F >/dev/null || fail "thp failed"
+td_stop KILL
+thp --faults $F >/dev/null || fail "thp failed"
+show_json
+expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 2 * F))
+expect_eq "after SIGKILL: ZAP" "$(reason_shown ZAP)" $((P + Q + P))
+# The killed reader's lock is gone: a new reader starts.
+td_start deferred_split_folio -d 1
+td_stop INT
+
+# 4. serve: the same counters over HTTP, OpenMetrics text; a port in use is refused.
+topdown serve --listen 127.0.0.1:9476 2>"$TD_TMP/serve.err" &
+serve_pid=$!
+wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
+wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+head -5 "$TD_TMP/metrics"
+grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"ZAP\"} $((P + Q + P))" "$TD_TMP/metrics" ||
+	fail "no exact ZAP counter: $(grep ZAP "$TD_TMP/metrics")"
+grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"MADV_COLLAPSE\"} $C" "$TD_TMP/metrics" ||
+	fail "no exact MADV_COLLAPSE counter"
+grep -q "^topdown_info{function=\"deferred_split_folio\",mode=\"fentry\"" "$TD_TMP/metrics" || fail "no info metric"
+grep -q "^topdown_pinned_timestamp_seconds{function=\"deferred_split_folio\"} [0-9]" "$TD_TMP/metrics" || fail "no timestamp"
+expect_eq "metrics end" "$(tail -n 1 "$TD_TMP/metrics")" "# EOF"
+# Every line: a comment (# HELP, # TYPE, # EOF) or NAME{LABELS} VALUE.
+bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^# EOF$|^[a-z_]+\{([a-z_]+="[^"]*",?)*\} [0-9.e+-]+$' "$TD_TMP/metrics")
+[ -z "$bad" ] || fail "not OpenMetrics text: $bad"
+expect_fail "cannot listen on 127.0.0.1:9476: .*pick another address with --listen ADDR:PORT" serve --listen 127.0.0.1:9476
+kill -INT $serve_pid
+wait $serve_pid || fail "serve exited with $?"
+
+# 5. unpin: no topdown program, link, map or pin remains (maps are freed by a kernel
+# workqueue: give them a moment).
+topdown unpin deferred_split_folio || fail "unpin failed"
+[ ! -e $ROOT/deferred_split_folio ] || fail "the pin directory is still there"
+expect_eq "programs left" "$(td_progs)" 0
+expect_eq "links left" "$(bpftool link show 2>/dev/null | grep -c ' prog ')" 0
+td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
+i=0
+while [ "$(td_maps)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "maps left" "$(td_maps)" 0
+
+# 6. A kprobe pin of vfs_read, and unpin --all.
+topdown pin vfs_read --kprobe --no-profile 2>/dev/null || fail "kprobe pin failed"
+readloop 1000 >/dev/null || fail "readloop failed"
+SHOWN=$(topdown show vfs_read --json)
+[ "$(reason_shown ksys_read)" -ge 1000 ] || fail "kprobe pin: ksys_read $(reason_shown ksys_read) < 1000"
+echo "$SHOWN" | grep -q '"mode":"kprobe"' || fail "kprobe pin: $SHOWN"
+topdown unpin --all 2>/dev/null || fail "unpin --all failed"
+expect_eq "programs left after unpin --all" "$(td_progs)" 0
+
+# 7. bpffs: mounted by pin if it is not; a read-only one is a clear error, leaving nothing.
+umount /sys/fs/bpf
+topdown pin vfs_read --no-profile 2>/dev/null || fail "pin without bpffs mounted failed"
+topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
+mount -o remount,ro /sys/fs/bpf
+expect_fail "cannot" pin vfs_read --no-profile
+mount -o remount,rw /sys/fs/bpf
+expect_eq "programs left after a failed pin" "$(td_progs)" 0
+expect_eq "pins left after a failed pin" "$(ls -A $ROOT)" ""
+exit 0
