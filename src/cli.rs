@@ -182,7 +182,7 @@ pub struct TraceArgs {
     #[arg(long)]
     pub verify_caller: bool,
 
-    /// Attach an empty fentry or fexit program beside the counting one (self-checks, cost baseline).
+    /// Attach an empty fentry or fexit program, or a bare counter, beside the counting one (self-checks, cost baselines).
     #[arg(long, value_name = "KIND", value_enum, hide = true)]
     pub companion: Option<CompanionKind>,
 
@@ -248,11 +248,15 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 }
 
-/// The empty program --companion attaches.
+/// The program --companion attaches beside the counting one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CompanionKind {
+    /// An empty fentry program.
     Fentry,
+    /// An empty fexit program.
     Fexit,
+    /// A bare per-CPU counter, in the counting program's mode.
+    Bare,
 }
 
 /// Seconds within [lo, hi]: bounded so that a typo neither spins the

@@ -126,7 +126,6 @@ fn load<'obj>(
         sample_every: load.sample,
         callers,
         rules,
-        own_tgid: extra.own_tgid,
         stacks: stack_on.is_some() || extra.stacks,
     };
     let attached = attach::attach(
@@ -156,8 +155,6 @@ fn load<'obj>(
 struct Extra {
     verify_caller: bool,
     companion: Option<Companion>,
-    /// Calls from this process are left out (0: none).
-    own_tgid: u32,
     /// Stack capture can be switched on.
     stacks: bool,
 }
@@ -182,7 +179,6 @@ pub fn trace(t: Trace) -> Result<()> {
     let extra = Extra {
         verify_caller: t.verify_caller,
         companion: t.companion,
-        own_tgid: std::process::id(),
         stacks: t.trigger.auto,
     };
     let (mut loaded, stack_on) = load(

@@ -139,14 +139,15 @@ fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
 }
 
 fn load(mode: &ModeArgs, c: &CaptureArgs, companion: Option<Companion>) -> Result<Load> {
-    let request = match (mode.fentry, mode.kprobe, companion) {
-        (_, true, Some(_)) => {
+    // An empty companion program exists only beside fentry: no fallback.
+    let fentry_only = matches!(companion, Some(Companion::Fentry | Companion::Fexit));
+    let request = match (mode.fentry, mode.kprobe, fentry_only) {
+        (_, true, true) => {
             return Err(Error::msg(
-                "--companion needs fentry mode: leave out --kprobe",
+                "--companion fentry and fexit need fentry mode: leave out --kprobe",
             ))
         }
-        // A companion program exists only beside fentry: no fallback.
-        (true, _, _) | (_, _, Some(_)) => Request::Only(Mode::Fentry),
+        (true, _, _) | (_, _, true) => Request::Only(Mode::Fentry),
         (_, true, _) => Request::Only(Mode::Kprobe),
         _ => Request::Auto,
     };
@@ -184,6 +185,7 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
     let companion = t.companion.map(|k| match k {
         CompanionKind::Fentry => Companion::Fentry,
         CompanionKind::Fexit => Companion::Fexit,
+        CompanionKind::Bare => Companion::Bare,
     });
     Ok(Trace {
         target: target(func, &t.profile)?,
@@ -274,8 +276,10 @@ mod tests {
         let e = plan(&["topdown", "vfs_read", "--companion", "fentry", "--kprobe"]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--companion needs fentry mode: leave out --kprobe"
+            "--companion fentry and fexit need fentry mode: leave out --kprobe"
         );
+        let t = trace_of(&["topdown", "vfs_read", "--companion", "bare", "--kprobe"]);
+        assert_eq!(t.load.request, Request::Only(Mode::Kprobe));
     }
 
     #[test]

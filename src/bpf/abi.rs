@@ -27,6 +27,10 @@ pub(crate) const ENTRY_WINDOW: u64 = types::td_abi::TD_ENTRY_WINDOW.0 as u64;
 #[cfg(test)]
 pub(crate) const SELFTEST_ARGS: usize = types::td_abi::TD_SELFTEST_ARGS.0 as usize;
 const NR_STATS: usize = types::td_stat::TD_NR_STATS.0 as usize;
+const SITE_CACHE_BITS: u32 = types::td_abi::TD_SITE_CACHE_BITS.0;
+const SITE_SHIFT: u32 = types::td_abi::TD_SITE_SHIFT.0;
+#[cfg(test)]
+const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
 const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
 /// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
 const COUNTS_WORDS: usize = NR_SLOTS + NR_STACK_STATS + 1;
@@ -37,6 +41,19 @@ const _: () = assert!(size_of::<types::td_budget>() == 8);
 const _: () = assert!(size_of::<types::td_stats>() == NR_STATS * 8);
 const _: () = assert!(NR_SLOTS.is_power_of_two());
 const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
+
+/// The site cache entry for `ret` in `slot`, and its index; None where the
+/// cache cannot hold it (an address with a bit clear above SITE_SHIFT, or
+/// a slot too large), which the sites hash then serves alone. As
+/// site_hash() and site_reason() in topdown.bpf.c.
+pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
+    let high = !0u64 << SITE_SHIFT;
+    if ret & high != high || u64::from(slot) >= 1 << (64 - SITE_SHIFT) {
+        return None;
+    }
+    let index = (ret.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SITE_CACHE_BITS)) as usize;
+    Some((index, (u64::from(slot) << SITE_SHIFT) | (ret & !high)))
+}
 
 /// A caller function range whose reason depends on deeper frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +85,6 @@ pub(crate) struct Config {
     pub(crate) sample_every: u32,
     pub(crate) callers: Vec<DeepCaller>,
     pub(crate) rules: Vec<DeepRule>,
-    /// Calls from this process are left out (0: count everything).
-    pub(crate) own_tgid: u32,
     /// Stacks may be captured: compiles the capture gate in.
     pub(crate) stacks: bool,
 }
@@ -83,7 +98,6 @@ impl Config {
         dst.user_stacks = self.user_stacks.into();
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
-        dst.own_tgid = self.own_tgid;
         dst.stacks = self.stacks.into();
         dst.nr_callers = self.callers.len().min(MAX_DEEP_CALLERS) as u32;
         for (d, c) in dst.callers.iter_mut().zip(&self.callers) {
@@ -273,6 +287,21 @@ mod tests {
         let s = Stats::from_percpu(&[], &both);
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 0);
+    }
+
+    #[test]
+    fn site_cache_entries_hold_kernel_text_addresses_only() {
+        let (i, e) = site_cache_entry(0xffffffff81234567, 5).unwrap();
+        assert!(i < SITE_CACHE);
+        assert_eq!(e, (5 << 48) | 0xffff81234567);
+        // What the BPF side compares: the low 48 bits.
+        assert_eq!((e ^ 0xffffffff81234567) << 16, 0);
+        assert_eq!(site_cache_entry(0x00007fff81234567, 5), None);
+        assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 16), None);
+        // Neighbouring addresses spread over the cache.
+        let a = site_cache_entry(0xffffffff81000010, 2).unwrap().0;
+        let b = site_cache_entry(0xffffffff81000020, 2).unwrap().0;
+        assert_ne!(a, b);
     }
 
     #[test]

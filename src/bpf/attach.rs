@@ -72,7 +72,7 @@ pub(crate) fn attach<'obj>(
             "cannot trace {func} with fentry: {why}"
         )));
     }
-    match try_kprobe(&mut storage.kprobe, config, func, host) {
+    match try_kprobe(&mut storage.kprobe, config, func, companion, host) {
         Ok(probe) => Ok(Attached {
             probe,
             fallback_reason: fentry_err,
@@ -147,12 +147,15 @@ fn try_kprobe<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     config: &Config,
     func: &str,
+    companion: Option<Companion>,
     host: &Features,
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.kprobes {
         return Err("this kernel has no kprobes (CONFIG_KPROBES is off)".to_string());
     }
-    let open = probe::open(storage, config, func, Mode::Kprobe, None).map_err(|e| e.to_string())?;
+    let companion = companion.filter(|c| *c == Companion::Bare);
+    let open =
+        probe::open(storage, config, func, Mode::Kprobe, companion).map_err(|e| e.to_string())?;
     let skel = open
         .load()
         .map_err(|e| format!("the kprobe program failed to {}", Error::bpf("load", e)))?;
@@ -173,5 +176,9 @@ fn try_kprobe<'obj>(
                 _ => format!("the kprobe failed to {err}"),
             }
         })?;
-    Probe::new(skel, Mode::Kprobe, func, Some(link)).map_err(|e| e.to_string())
+    let mut probe = Probe::new(skel, Mode::Kprobe, func, Some(link)).map_err(|e| e.to_string())?;
+    if let Some(kind) = companion {
+        probe.attach_companion(kind).map_err(|e| e.to_string())?;
+    }
+    Ok(probe)
 }

@@ -18,45 +18,46 @@ const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
 const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 
 /// The maps a pinned instance keeps, by the file name of their pins.
-pub(crate) const PINNED_MAPS: [&str; 9] = [
-    "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data",
+pub(crate) const PINNED_MAPS: [&str; 10] = [
+    "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data", "bss",
 ];
 
-/// The mmap'ed .data map: td_control, which the BPF side reads directly.
-struct Control {
-    ptr: *mut types::td_control,
+/// A global-data map (.data, .bss) mapped into this process: the BPF side
+/// reads and writes the same memory directly.
+struct Section<T> {
+    ptr: *mut T,
     len: usize,
 }
 
-impl Control {
-    fn map(data: &MapHandle) -> Result<Self> {
+impl<T> Section<T> {
+    fn map(map: &MapHandle, what: &str) -> Result<Self> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let len = std::mem::size_of::<types::data>().div_ceil(page) * page;
+        let len = std::mem::size_of::<T>().div_ceil(page) * page;
         // SAFETY: mapping a BPF array map's fd (created mmapable by libbpf
-        // for .data) shared, at offset 0, for the size of its value.
+        // for global data) shared, at offset 0, for the size of its value.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                data.as_fd().as_raw_fd(),
+                map.as_fd().as_raw_fd(),
                 0,
             )
         };
         if ptr == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error();
-            return Err(Error::msg(format!("mapping the .data map: {e}")));
+            return Err(Error::msg(format!("mapping the {what} map: {e}")));
         }
-        Ok(Control {
-            ptr: ptr.cast::<types::data>().cast(),
+        Ok(Section {
+            ptr: ptr.cast(),
             len,
         })
     }
 }
 
-impl Drop for Control {
+impl<T> Drop for Section<T> {
     fn drop(&mut self) {
         // SAFETY: ptr and len are what mmap returned.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
@@ -109,7 +110,9 @@ pub(crate) struct Maps {
     names: MapHandle,
     meta: MapHandle,
     data: MapHandle,
-    ctl: Control,
+    bss: MapHandle,
+    data_mem: Section<types::data>,
+    bss_mem: Section<types::bss>,
 }
 
 fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
@@ -138,6 +141,7 @@ impl Maps {
     pub(crate) fn of_skel(skel: &TopdownSkel<'_>) -> Result<Self> {
         let m = &skel.maps;
         let data = handle(&m.data, ".data")?;
+        let bss = handle(&m.bss, ".bss")?;
         Ok(Maps {
             counts: handle(&m.counts, "counts")?,
             sites: handle(&m.sites, "sites")?,
@@ -147,8 +151,10 @@ impl Maps {
             samples: handle(&m.samples, "samples")?,
             names: handle(&m.names, "names")?,
             meta: handle(&m.meta, "meta")?,
-            ctl: Control::map(&data)?,
+            data_mem: Section::map(&data, ".data")?,
+            bss_mem: Section::map(&bss, ".bss")?,
             data,
+            bss,
         })
     }
 
@@ -159,6 +165,7 @@ impl Maps {
                 .map_err(|e| Error::bpf(&format!("opening {}", dir.join(name).display()), e))
         };
         let data = open("data")?;
+        let bss = open("bss")?;
         Ok(Maps {
             counts: open("counts")?,
             sites: open("sites")?,
@@ -168,8 +175,10 @@ impl Maps {
             samples: open("samples")?,
             names: open("names")?,
             meta: open("meta")?,
-            ctl: Control::map(&data)?,
+            data_mem: Section::map(&data, ".data")?,
+            bss_mem: Section::map(&bss, ".bss")?,
             data,
+            bss,
         })
     }
 
@@ -185,6 +194,7 @@ impl Maps {
             ("names", &mut self.names),
             ("meta", &mut self.meta),
             ("data", &mut self.data),
+            ("bss", &mut self.bss),
         ] {
             m.pin(dir.join(name))
                 .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
@@ -253,16 +263,37 @@ impl Maps {
     /// calls then stay pending and are added under its reason by user
     /// space.
     pub(crate) fn add_site(&self, ret: u64, slot: u32) -> Result<u32> {
-        match self
-            .sites
-            .update(&ret.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::NO_EXIST)
-        {
-            Ok(()) => Ok(slot),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
-                Ok(self.site(ret)?.unwrap_or(slot))
+        let slot =
+            match self
+                .sites
+                .update(&ret.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::NO_EXIST)
+            {
+                Ok(()) => slot,
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                    self.site(ret)?.unwrap_or(slot)
+                }
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => return Ok(slot),
+                Err(e) => return Err(Error::bpf("updating the site table", e)),
+            };
+        self.cache_site(ret, slot);
+        Ok(slot)
+    }
+
+    /// Puts a resolved site into the direct-mapped cache the BPF side reads
+    /// first, unless its entry is taken (the hash then serves it). One
+    /// 8-byte store: the BPF side never sees half an entry.
+    fn cache_site(&self, ret: u64, slot: u32) {
+        let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
+            return;
+        };
+        // SAFETY: the .bss mapping is alive as long as self; i is in range
+        // (site_cache_entry's hash is SITE_CACHE_BITS wide), and an aligned
+        // u64 store is atomic.
+        unsafe {
+            let cell = std::ptr::addr_of_mut!((*self.bss_mem.ptr).site_cache[i]);
+            if std::ptr::read_volatile(cell) == 0 {
+                std::ptr::write_volatile(cell, entry);
             }
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(slot),
-            Err(e) => Err(Error::bpf("updating the site table", e)),
         }
     }
 
@@ -371,14 +402,25 @@ impl Maps {
             )));
         }
         // SAFETY: ctl points into the .data mapping, alive as long as self.
-        unsafe { publish(self.ctl.ptr, slot, callers) };
+        unsafe { publish(self.ctl(), slot, callers) };
         Ok(())
+    }
+
+    fn ctl(&self) -> *mut types::td_control {
+        // SAFETY: a field of the .data mapping.
+        unsafe { std::ptr::addr_of_mut!((*self.data_mem.ptr).ctl) }
+    }
+
+    /// Leaves out the calls of process `tgid` (0: none) while it is awake.
+    pub(crate) fn own(&self, tgid: u32) {
+        // SAFETY: as in capture; a u32 store the BPF side reads once a call.
+        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.ctl()).own_tgid), tgid) };
     }
 
     /// The reason stacks are being captured of, if any.
     pub(crate) fn capturing(&self) -> Option<u32> {
         // SAFETY: as in capture; a u32 load.
-        let r = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ctl.ptr).reason)) };
+        let r = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ctl()).reason)) };
         (r != SLOT_NONE).then_some(r)
     }
 
@@ -386,7 +428,7 @@ impl Maps {
     /// while another runs the program.
     #[cfg(test)]
     pub(crate) fn control_ptr(&self) -> *mut types::td_control {
-        self.ctl.ptr
+        self.ctl()
     }
 }
 

@@ -29,13 +29,17 @@ impl Mode {
     }
 }
 
-/// An empty program attached beside the counting one (fentry mode only).
+/// A program attached beside the counting one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Companion {
-    /// The cost baseline for the counting program.
+    /// An empty fentry program: the trampoline's own cost (fentry only).
     Fentry,
-    /// Changes the trampoline frame layout: a check of the caller lookup.
+    /// An empty fexit program: it changes the trampoline frame's layout, a
+    /// check of the caller lookup (fentry only).
     Fexit,
+    /// A bare per-CPU counter in the counting program's mode: the cost
+    /// baseline the counting program is compared with.
+    Bare,
 }
 
 impl Companion {
@@ -43,6 +47,7 @@ impl Companion {
         match self {
             Companion::Fexit => "fexit",
             Companion::Fentry => "fentry",
+            Companion::Bare => "bare counter",
         }
     }
 }
@@ -85,12 +90,8 @@ pub(crate) fn open<'obj>(
     mode: Mode,
     companion: Option<Companion>,
 ) -> Result<OpenTopdownSkel<'obj>> {
-    open_for(
-        storage,
-        config,
-        func,
-        Programs::Trace(mode, companion.filter(|_| mode == Mode::Fentry)),
-    )
+    let companion = companion.filter(|c| mode == Mode::Fentry || *c == Companion::Bare);
+    open_for(storage, config, func, Programs::Trace(mode, companion))
 }
 
 fn open_for<'obj>(
@@ -117,6 +118,9 @@ fn open_for<'obj>(
         .set_autoload(companion == Some(Companion::Fentry));
     p.td_empty_fexit
         .set_autoload(companion == Some(Companion::Fexit));
+    let bare = companion == Some(Companion::Bare);
+    p.td_bare_fentry.set_autoload(bare && fentry);
+    p.td_bare_kprobe.set_autoload(bare && kprobe);
     // Every program is attached by hand.
     for prog in [
         &mut p.td_fentry,
@@ -124,6 +128,8 @@ fn open_for<'obj>(
         &mut p.td_selftest,
         &mut p.td_empty_fentry,
         &mut p.td_empty_fexit,
+        &mut p.td_bare_fentry,
+        &mut p.td_bare_kprobe,
     ] {
         prog.set_autoattach(false);
     }
@@ -132,6 +138,7 @@ fn open_for<'obj>(
             &mut p.td_fentry,
             &mut p.td_empty_fentry,
             &mut p.td_empty_fexit,
+            &mut p.td_bare_fentry,
         ] {
             prog.set_attach_target(0, Some(func.to_string()))
                 .map_err(|e| Error::bpf("setting the fentry target", e))?;
@@ -219,6 +226,11 @@ impl<'obj> Probe<'obj> {
         &self.func
     }
 
+    /// True for a pinned instance, which counted before this process.
+    pub(crate) fn is_pinned(&self) -> bool {
+        matches!(self.owner, Owner::Pinned { .. })
+    }
+
     /// Ends this process's use: a loaded object's programs are detached
     /// (the maps stay readable); a pinned instance keeps counting, and its
     /// stack capture is switched off.
@@ -247,19 +259,24 @@ impl<'obj> Probe<'obj> {
 
     fn companion_prog(&self, kind: Companion) -> Option<&libbpf_rs::ProgramMut<'obj>> {
         let skel = self.skel()?;
-        Some(match kind {
-            Companion::Fentry => &skel.progs.td_empty_fentry,
-            Companion::Fexit => &skel.progs.td_empty_fexit,
+        Some(match (kind, self.mode) {
+            (Companion::Fentry, _) => &skel.progs.td_empty_fentry,
+            (Companion::Fexit, _) => &skel.progs.td_empty_fexit,
+            (Companion::Bare, Mode::Fentry) => &skel.progs.td_bare_fentry,
+            (Companion::Bare, Mode::Kprobe) => &skel.progs.td_bare_kprobe,
         })
     }
 
-    /// Attaches the empty companion program (loaded only if asked for).
+    /// Attaches the companion program (loaded only if asked for).
     pub(crate) fn attach_companion(&mut self, kind: Companion) -> Result<()> {
-        let link = self
+        let prog = self
             .companion_prog(kind)
-            .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?
-            .attach_trace()
-            .map_err(|e| Error::bpf("attaching the companion program", e))?;
+            .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?;
+        let link = match (kind, self.mode) {
+            (Companion::Bare, Mode::Kprobe) => prog.attach_kprobe(false, &self.func),
+            _ => prog.attach_trace(),
+        }
+        .map_err(|e| Error::bpf("attaching the companion program", e))?;
         if let Owner::Loaded { companion, .. } = &mut self.owner {
             *companion = Some((kind, link));
         }

@@ -3,10 +3,16 @@
  * topdown's kernel side.
  *
  * Tier 1 (always on): on every call of the traced function, find the
- * caller's return address, map it through the `sites` table (filled by user
+ * caller's return address, map it through the site tables (filled by user
  * space) to a reason slot and bump that slot of a per-CPU array.  Return
- * addresses not yet in `sites` are counted per address in `pending` until
+ * addresses not yet resolved are counted per address in `pending` until
  * user space has resolved them, so no event is lost or misfiled meanwhile.
+ *
+ * The common path makes no helper call: the caller's return address is
+ * read where the first calls found it (plain loads the verifier guards,
+ * through bpf_rdonly_cast; a probe read where that kfunc is missing), a
+ * direct-mapped cache in .bss answers for resolved sites before the hash,
+ * and the own-process check costs a load unless topdown is awake.
  *
  * Tier 2 (on demand): when the reason just counted is the one user space
  * asked stacks of (ctl.reason), the same program sends its kernel (and
@@ -16,6 +22,7 @@
  * store to mapped memory, with nothing to load or attach.
  */
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
@@ -28,6 +35,22 @@ const volatile struct td_config cfg = {};
 
 /* Changed by user space at run time (mmap'ed .data); see td_control. */
 struct td_control ctl = { .reason = TD_SLOT_NONE };
+
+/*
+ * Resolved sites, by hash of the return address (mmap'ed .bss, written by
+ * user space, each entry once, in one 8-byte store): an array load instead
+ * of a hash lookup.
+ */
+__u64 site_cache[TD_SITE_CACHE];
+
+/*
+ * Where the first calls found FUNC's entry address among the words above
+ * ctx (fentry); the caller's return address is a fixed step further. A
+ * trampoline rebuilt with another layout (an fexit program added) makes
+ * the next call search again. Shared by the CPUs: a race only repeats a
+ * search.
+ */
+__u32 entry_word;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -95,6 +118,14 @@ struct {
 	__uint(max_entries, 1 << 22);
 } samples SEC(".maps");
 
+/* A bare per-CPU counter, the cost baseline (--companion bare). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bare SEC(".maps");
+
 /* Keep these types (and the enums in them) in the skeleton's `types`. */
 struct td_sample _td_sample = {};
 struct td_counts _td_counts = {};
@@ -105,37 +136,137 @@ enum td_abi _td_abi = TD_NR_SLOTS;
 enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 
-static __always_inline bool in_entry(__u64 ip)
+/* How a program learns about the call: its kind is a constant in each. */
+enum td_kind {
+	TD_FENTRY,
+	TD_KPROBE,
+	TD_SELFTEST,
+};
+
+/* FUNC's own address, as the kernel attached the program to it. */
+static __always_inline __u64 func_ip(void *ctx, enum td_kind kind)
 {
-	return ip - cfg.func_addr < TD_ENTRY_WINDOW;
+	if (kind == TD_SELFTEST)
+		return cfg.func_addr;
+	/* inlined for fentry: a load from the trampoline's frame */
+	return bpf_get_func_ip(ctx);
+}
+
+static __always_inline bool in_entry(__u64 ip, __u64 func)
+{
+	return ip - func < TD_ENTRY_WINDOW;
 }
 
 /*
- * The cheap way to find the caller under fentry: the trampoline was called
- * from FUNC's entry, so FUNC+5 (FUNC+9 with IBT) sits a few slots above the
- * argument block at ctx and the caller's return address right above it.
- * Scanning for it, instead of using fixed offsets, keeps this right whatever
- * the trampoline layout (an fexit program adds a return-value slot).
+ * Words of the trampoline frame from index i (0: the first argument at
+ * ctx). Where the kernel has bpf_rdonly_cast (6.2 and later) these are
+ * plain loads it guards, reading 0 where nothing is mapped; elsewhere one
+ * probe read, of just these words (a long read could run off the top of an
+ * interrupt stack and fail).
+ */
+#if defined(__TARGET_ARCH_arm64)
+#define TD_FRAME_WORDS 4
+#define TD_CALLER_STEP 2
+#else
+#define TD_FRAME_WORDS 2
+#define TD_CALLER_STEP 1
+#endif
+
+static __always_inline bool frame_words(void *ctx, __u32 i, __u64 w[TD_FRAME_WORDS])
+{
+	void *at = (__u64 *)ctx + (i & (TD_SCAN_SLOTS - 1));
+
+	if (bpf_ksym_exists(bpf_rdonly_cast)) {
+		struct pt_regs *r = bpf_core_cast(at, struct pt_regs);
+
+#if defined(__TARGET_ARCH_arm64)
+		w[0] = r->regs[0];
+		w[1] = r->regs[1];
+		w[2] = r->regs[2];
+		w[3] = r->regs[3];
+#else
+		w[0] = r->r15;
+		w[1] = r->r14;
+#endif
+		return true;
+	}
+	return bpf_probe_read_kernel(w, TD_FRAME_WORDS * 8, at) == 0;
+}
+
+/*
+ * Whether word i holds FUNC's entry address, and then the caller's return
+ * address. x86: the trampoline was called from FUNC's entry, so FUNC+5
+ * (FUNC+9 behind IBT) is the word right below the caller's return address.
+ * arm64: FUNC's patched entry is "mov x9, x30; bl <trampoline>", and the
+ * trampoline pushes two frame records, {FP, x9 = the caller's return
+ * address} for the parent, then {FP, LR = FUNC+8 (+12 behind a BTI)} for
+ * FUNC (arch/arm64/net/bpf_jit_comp.c, prepare_trampoline), so the caller
+ * is two words up; and since slots below the records are not written
+ * before the programs run (a stale FUNC+8 can be there), the entry word
+ * must be in the frame record whose FP points at the parent record.
+ */
+static __always_inline __u64 caller_at(void *ctx, __u32 i, __u64 func)
+{
+	__u64 w[TD_FRAME_WORDS];
+
+#if defined(__TARGET_ARCH_arm64)
+	if (i == 0 || !frame_words(ctx, i - 1, w))
+		return 0;
+	if (!in_entry(w[1], func) || w[0] != (__u64)ctx + (i + 1) * 8)
+		return 0;
+	return w[3];
+#else
+	if (!frame_words(ctx, i, w) || !in_entry(w[0], func))
+		return 0;
+	return w[1];
+#endif
+}
+
+/*
+ * The cheap way to find the caller under fentry: where the entry word was
+ * last time, else a search of the words above ctx (their number depends on
+ * FUNC's arguments and on the other programs on the trampoline).
  */
 static __always_inline __u64 fentry_caller(void *ctx)
 {
-	__u64 slots[TD_SCAN_SLOTS];
+	__u64 func = func_ip(ctx, TD_FENTRY), ret;
+	__u32 k = *(volatile __u32 *)&entry_word;
 
-	if (bpf_probe_read_kernel(slots, sizeof(slots), ctx))
-		return 0;
-	for (int i = 0; i < TD_SCAN_SLOTS - 1; i++) {
-		if (in_entry(slots[i]))
-			return slots[i + 1];
+	ret = caller_at(ctx, k, func);
+	if (ret)
+		return ret;
+	for (__u32 i = 0; i < TD_SCAN_SLOTS - TD_CALLER_STEP; i++) {
+		if (i == k)
+			continue;
+		ret = caller_at(ctx, i, func);
+		if (ret) {
+			entry_word = i;
+			return ret;
+		}
 	}
 	return 0;
+}
+
+/* Under a kprobe at FUNC's entry the return address is where SP points (x86), or in LR. */
+static __always_inline __u64 kprobe_caller(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+
+#if defined(__TARGET_ARCH_x86)
+	if (bpf_ksym_exists(bpf_rdonly_cast))
+		return bpf_core_cast((void *)PT_REGS_SP(ctx), struct pt_regs)->r15;
+#endif
+	BPF_KPROBE_READ_RET_IP(ret, ctx);
+	return ret;
 }
 
 /*
  * The expensive way: a full unwind.  Returns the index of the caller's
  * frame in s->ips, or -1.
  */
-static __always_inline int unwind_caller(void *ctx, struct td_scratch *s)
+static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind)
 {
+	__u64 func = func_ip(ctx, kind);
 	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), 0);
 
 	if (n <= 0)
@@ -144,7 +275,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s)
 	for (int i = 0; i < TD_UNWIND_FRAMES - 1; i++) {
 		if (i + 1 >= n)
 			break;
-		if (in_entry(s->ips[i]))
+		if (in_entry(s->ips[i], func))
 			return i + 1;
 	}
 	return -1;
@@ -175,7 +306,7 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 }
 
 /* Reason of an event from a caller that needs a look at deeper frames. */
-static __always_inline __u32 deep_reason(void *ctx, __u32 c)
+static __always_inline __u32 deep_reason(void *ctx, __u32 c, enum td_kind kind)
 {
 	__u32 zero = 0, first = cfg.callers[c].rule_first;
 	__u32 nr = cfg.callers[c].rule_count;
@@ -184,7 +315,8 @@ static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 
 	if (!s)
 		return cfg.callers[c].reason;
-	ci = cfg.synthetic_stack ? synthetic_unwind(ctx, s) : unwind_caller(ctx, s);
+	ci = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
+						       : unwind_caller(ctx, s, kind);
 	if (ci < 0) {
 		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
 		return cfg.callers[c].reason;
@@ -211,16 +343,25 @@ static __always_inline __u32 deep_reason(void *ctx, __u32 c)
 	return cfg.callers[c].reason;
 }
 
+static __always_inline __u32 site_hash(__u64 ret)
+{
+	return (ret * 0x9e3779b97f4a7c15ULL) >> (64 - TD_SITE_CACHE_BITS);
+}
+
 /*
  * Reason slot of a return address, or TD_SLOT_NONE if user space has not
  * resolved it yet.  Only callers listed in cfg.callers pay for an unwind.
  */
-static __always_inline __u32 site_reason(void *ctx, __u64 ret)
+static __always_inline __u32 site_reason(void *ctx, __u64 ret, enum td_kind kind)
 {
+	__u64 e;
 	__u32 *slot;
 
 	if (!ret)
 		return TD_SLOT_NOT_FOUND;
+	e = site_cache[site_hash(ret) & (TD_SITE_CACHE - 1)];
+	if (e && !((e ^ ret) << (64 - TD_SITE_SHIFT)))
+		return e >> TD_SITE_SHIFT;
 	slot = bpf_map_lookup_elem(&sites, &ret);
 	if (slot)
 		return *slot;
@@ -228,12 +369,12 @@ static __always_inline __u32 site_reason(void *ctx, __u64 ret)
 		if (c >= cfg.nr_callers)
 			break;
 		if (ret - 1 >= cfg.callers[c].lo && ret - 1 < cfg.callers[c].hi)
-			return deep_reason(ctx, c);
+			return deep_reason(ctx, c, kind);
 	}
 	return TD_SLOT_NONE;
 }
 
-static __always_inline void verify(void *ctx, __u64 cheap)
+static __always_inline void verify(void *ctx, __u64 cheap, enum td_kind kind)
 {
 	__u32 zero = 0;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -241,7 +382,7 @@ static __always_inline void verify(void *ctx, __u64 cheap)
 
 	if (!s)
 		return;
-	ci = unwind_caller(ctx, s);
+	ci = unwind_caller(ctx, s, kind);
 	stat_inc(TD_STAT_VERIFY_CHECKED);
 	if (ci < 0 || ci >= TD_UNWIND_FRAMES) {
 		stat_inc(TD_STAT_VERIFY_UNWIND_FAILED);
@@ -253,7 +394,9 @@ static __always_inline void verify(void *ctx, __u64 cheap)
 
 static __always_inline bool is_own_call(void)
 {
-	return cfg.own_tgid && bpf_get_current_pid_tgid() >> 32 == cfg.own_tgid;
+	__u32 own = *(volatile __u32 *)&ctl.own_tgid;
+
+	return own && bpf_get_current_pid_tgid() >> 32 == own;
 }
 
 /*
@@ -320,7 +463,7 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 	c->stack[TD_STACK_EMITTED]++;
 }
 
-static __always_inline void count(void *ctx, __u64 ret)
+static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 {
 	__u32 zero = 0;
 	struct td_counts *c = bpf_map_lookup_elem(&counts, &zero);
@@ -335,8 +478,8 @@ static __always_inline void count(void *ctx, __u64 ret)
 		return;
 	}
 	if (cfg.verify_caller)
-		verify(ctx, ret);
-	r = site_reason(ctx, ret);
+		verify(ctx, ret, kind);
+	r = site_reason(ctx, ret, kind);
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
@@ -363,17 +506,14 @@ static __always_inline void count(void *ctx, __u64 ret)
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	count(ctx, fentry_caller(ctx));
+	count(ctx, fentry_caller(ctx), TD_FENTRY);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	__u64 ret = 0;
-
-	BPF_KPROBE_READ_RET_IP(ret, ctx);
-	count(ctx, ret);
+	count(ctx, kprobe_caller(ctx), TD_KPROBE);
 	return 0;
 }
 
@@ -387,7 +527,7 @@ int BPF_KPROBE(td_kprobe)
 SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)
 {
-	count(ctx, ctx->args[0]);
+	count(ctx, ctx->args[0], TD_SELFTEST);
 	return 0;
 }
 
@@ -406,5 +546,29 @@ int BPF_PROG(td_empty_fentry)
 SEC("fexit")
 int BPF_PROG(td_empty_fexit)
 {
+	return 0;
+}
+
+/* The cost baseline: what a bare per-CPU counter costs on the same calls. */
+static __always_inline void bare_count(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&bare, &zero);
+
+	if (n)
+		(*n)++;
+}
+
+SEC("fentry")
+int BPF_PROG(td_bare_fentry)
+{
+	bare_count();
+	return 0;
+}
+
+SEC("kprobe")
+int BPF_KPROBE(td_bare_kprobe)
+{
+	bare_count();
 	return 0;
 }

@@ -34,6 +34,15 @@ enum td_abi {
 	 */
 	TD_ENTRY_WINDOW = 16,
 	TD_NAME_LEN = 256,		/* a reason's name in the names map, NUL included */
+	/*
+	 * The direct-mapped site cache in front of the sites hash: entries
+	 * are (slot << TD_SITE_SHIFT) | the return address's low bits. Kernel
+	 * text addresses have all their bits above TD_SITE_SHIFT set, so the
+	 * low bits name the address; others are left to the hash.
+	 */
+	TD_SITE_CACHE_BITS = 12,
+	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
+	TD_SITE_SHIFT = 48,
 	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
 };
 
@@ -106,10 +115,12 @@ struct td_rule {
 
 /* Everything the programs are given before load (frozen in .rodata). */
 struct td_config {
-	__u64 func_addr;	/* traced function's entry (kallsyms) */
+	/* Self-test only: the traced function's entry (the programs ask the
+	 * kernel, bpf_get_func_ip, so they are right whichever of several
+	 * same-named functions they are attached to). */
+	__u64 func_addr;
 	__u32 stack_bytes;	/* bytes of each stack to capture */
 	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
-	__u32 own_tgid;		/* topdown itself: its calls are not counted */
 	__u32 nr_callers;	/* entries used in callers[] */
 	/* Flags as bytes: the skeleton maps C bool to MaybeUninit<bool>. */
 	__u8 verify_caller;	/* also unwind and compare */
@@ -140,6 +151,13 @@ struct td_control {
 	__u32 reason;		/* stack reason, or TD_SLOT_NONE */
 	__u32 nr_ranges;
 	struct td_range ranges[TD_MAX_STACK_RANGES];
+	/*
+	 * A topdown process's tgid while it is awake (polling, printing,
+	 * symbolizing), 0 while it sleeps: its own calls are left out then,
+	 * and the pid lookup is paid only meanwhile.
+	 */
+	__u32 own_tgid;
+	__u32 pad;
 };
 
 /*

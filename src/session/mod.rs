@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::pin::Meta;
-use crate::bpf::probe::Probe;
+use crate::bpf::probe::{Probe, ProgStats};
 use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
@@ -87,14 +87,15 @@ impl Stacks {
         probe.stacks_on(slot, &ranges)
     }
 
-    /// Waits up to `timeout` for samples, then symbolizes them into `state`.
-    fn wait(&mut self, timeout: Duration, ksyms: &Kallsyms, state: &mut State) -> Result<()> {
+    /// Waits up to `timeout` for samples (`absorb` takes them).
+    fn wait(&mut self, timeout: Duration) -> Result<()> {
         match &self.capture {
-            Some(c) => c.wait(timeout)?,
-            None => std::thread::sleep(timeout),
+            Some(c) => c.wait(timeout),
+            None => {
+                std::thread::sleep(timeout);
+                Ok(())
+            }
         }
-        self.absorb(ksyms, state);
-        Ok(())
     }
 
     fn absorb(&mut self, ksyms: &Kallsyms, state: &mut State) {
@@ -167,11 +168,19 @@ pub(crate) fn run(
         symbols,
     } = ctx;
     let mut poller = Poller::default();
-    // What the counters held at the start (a pinned instance has counted
-    // before): the run reports what happened since.
-    let base = poller.totals(probe.maps(), ksyms, mapper, None)?;
-    let base_stats = probe.maps().stats()?;
-    let base_prog = probe.prog_stats();
+    // What the counters held at the start: a pinned instance has counted
+    // before, and the run reports what happened since. An object loaded
+    // for this run starts at zero (and two readings could not be taken at
+    // the same instant).
+    let (base, base_stats, base_prog) = if probe.is_pinned() {
+        (
+            poller.totals(probe.maps(), ksyms, mapper, None)?,
+            probe.maps().stats()?,
+            probe.prog_stats(),
+        )
+    } else {
+        (vec![0; NR_SLOTS], Stats::default(), ProgStats::default())
+    };
     let mut state = State::new(trigger, base.clone());
     // The ring buffer is set up before anything can be captured, so
     // nothing slow stands between a decision and the first stack.
@@ -207,6 +216,10 @@ pub(crate) fn run(
     let mut next_tick = start + TICK;
     let mut next_refill = start + REFILL;
 
+    // This process's calls of FUNC are left out while it is awake (its
+    // polling, printing and symbolizing), not while it sleeps.
+    let own = std::process::id();
+    probe.maps().own(own);
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let mut deadline = end.map_or(next_print, |e| e.min(next_print));
@@ -217,7 +230,11 @@ pub(crate) fn run(
             deadline = deadline.min(next_refill);
         }
         if now < deadline {
-            stacks.wait((deadline - now).min(TICK), ksyms, &mut state)?;
+            probe.maps().own(0);
+            let waited = stacks.wait((deadline - now).min(TICK));
+            probe.maps().own(own);
+            waited?;
+            stacks.absorb(ksyms, &mut state);
             continue;
         }
         let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
@@ -265,6 +282,7 @@ pub(crate) fn run(
     }
 
     // Detach first so the final reading is complete and exact.
+    probe.maps().own(0);
     let prog = probe.prog_stats().since(&base_prog);
     let companion = probe.companion_stats();
     probe.detach()?;
