@@ -98,11 +98,41 @@ static __always_inline bool in_entry(__u64 ip)
 }
 
 /*
+ * arm64, fentry: where the caller's return address lies in the trampoline
+ * frame.  x86: the trampoline's return address (FUNC+5, FUNC+9 with IBT)
+ * is pushed by the call from FUNC's entry, right below the caller's return
+ * address.  arm64: FUNC's patched entry is "mov x9, x30; bl <trampoline>",
+ * and the trampoline pushes two frame records, {FP, x9 = the caller's
+ * return address} for the parent, then {FP, LR = FUNC+8 (+12 behind a
+ * BTI)} for FUNC (arch/arm64/net/bpf_jit_comp.c, prepare_trampoline; seen
+ * on Debian's 6.12), so the parent record's FP slot lies between the two.  The slots below the
+ * records (return value, padding) are not written before the programs run:
+ * a stale FUNC+8 there was taken for the entry in 68 of 2005 calls with an
+ * fexit program attached.  So on arm64 the entry slot must also be in a
+ * frame record whose FP points at the parent record, i.e. at the slot after
+ * the entry slot.
+ */
+#if defined(__TARGET_ARCH_arm64)
+#define TD_CALLER_SLOT 2
+static __always_inline bool entry_record(void *ctx, __u64 *slots, int i)
+{
+	return i > 0 && slots[i - 1] == (__u64)ctx + (i + 1) * 8;
+}
+#else
+#define TD_CALLER_SLOT 1
+static __always_inline bool entry_record(void *ctx, __u64 *slots, int i)
+{
+	return true;
+}
+#endif
+
+/*
  * The cheap way to find the caller under fentry: the trampoline was called
- * from FUNC's entry, so FUNC+5 (FUNC+9 with IBT) sits a few slots above the
- * argument block at ctx and the caller's return address right above it.
- * Scanning for it, instead of using fixed offsets, keeps this right whatever
- * the trampoline layout (an fexit program adds a return-value slot).
+ * from FUNC's entry, so FUNC's entry address sits a few slots above the
+ * argument block at ctx and the caller's return address TD_CALLER_SLOT
+ * slots above it.  Scanning for it, instead of using fixed offsets, keeps
+ * this right whatever the trampoline layout (an fexit program adds a
+ * return-value slot).
  */
 static __always_inline __u64 fentry_caller(void *ctx)
 {
@@ -110,12 +140,52 @@ static __always_inline __u64 fentry_caller(void *ctx)
 
 	if (bpf_probe_read_kernel(slots, sizeof(slots), ctx))
 		return 0;
-	for (int i = 0; i < TD_SCAN_SLOTS - 1; i++) {
-		if (in_entry(slots[i]))
-			return slots[i + 1];
+	for (int i = 0; i < TD_SCAN_SLOTS - TD_CALLER_SLOT; i++) {
+		if (in_entry(slots[i]) && entry_record(ctx, slots, i))
+			return slots[i + TD_CALLER_SLOT];
 	}
 	return 0;
 }
+
+#if defined(__TARGET_ARCH_arm64)
+/*
+ * arm64, kprobe mode (the unwind's entry frame is FUNC+0, not the FUNC+8
+ * the fentry trampoline leaves): at its first instruction FUNC has not
+ * pushed its frame record yet, so the kernel's frame-pointer unwind goes
+ * from FUNC straight to its caller's caller; the caller's return address is
+ * only in the link register (what BPF_KPROBE_READ_RET_IP reads).  Put it in
+ * place of the entry frame when the instruction before it is a call of
+ * FUNC ("bl FUNC", or an indirect "blr"), so that deeper-frame rules see
+ * the same frames as under fentry and --verify-caller checks the link
+ * register against the code that called FUNC.  Returns the caller's index
+ * in s->ips, or -1.
+ */
+static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i)
+{
+	struct pt_regs *regs = ctx;
+	__u64 lr, call;
+	__u32 insn;
+
+	if (s->ips[i] != cfg.func_addr)
+		return i + 1;
+	if (bpf_probe_read_kernel(&lr, sizeof(lr), &regs->regs[30]))
+		return -1;
+	call = lr - 4;
+	if (bpf_probe_read_kernel(&insn, sizeof(insn), (void *)call))
+		return -1;
+	if ((insn & 0xfffffc1f) != 0xd63f0000 &&	/* blr xN */
+	    ((insn & 0xfc000000) != 0x94000000 ||	/* bl FUNC */
+	     call + (__s64)((__s32)(insn << 6) >> 4) != cfg.func_addr))
+		return -1;
+	s->ips[i] = lr;
+	return i;
+}
+#else
+static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i)
+{
+	return i + 1;
+}
+#endif
 
 /*
  * The expensive way: a full unwind.  Returns the index of the caller's
@@ -132,7 +202,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s)
 		if (i + 1 >= n)
 			break;
 		if (in_entry(s->ips[i]))
-			return i + 1;
+			return entry_caller(ctx, s, i);
 	}
 	return -1;
 }
