@@ -9,6 +9,13 @@ use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
 
 pub(crate) const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+/// The architecture, as the kernel (and Debian) name it, for messages about
+/// what a kernel of that architecture lacks.
+pub(crate) const ARCH: &str = match std::env::consts::ARCH.as_bytes() {
+    b"aarch64" => "arm64",
+    _ => std::env::consts::ARCH,
+};
 const PMU_DIR: &str = "/sys/bus/event_source/devices";
 
 const CAP_SYS_ADMIN: u32 = 21;
@@ -156,6 +163,14 @@ mod tests {
             e.ends_with("check the spelling, or load the module that has it"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_architecture_has_the_kernels_name() {
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(ARCH, "x86_64");
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(ARCH, "arm64");
     }
 
     #[test]

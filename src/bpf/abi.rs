@@ -212,6 +212,8 @@ pub(crate) struct Sample {
     pub(crate) ts: u64,
     pub(crate) reason: u32,
     pub(crate) pid: u32,
+    /// The caller's return address the BPF side found (0: not found).
+    pub(crate) caller: u64,
     pub(crate) kstack: Vec<u64>,
     pub(crate) ustack: Vec<u64>,
 }
@@ -230,6 +232,7 @@ impl Sample {
             ts: raw.ts,
             reason: raw.reason,
             pid: raw.pid,
+            caller: raw.caller,
             kstack: frames_of(&raw.kstack, raw.kstack_bytes),
             ustack: frames_of(&raw.ustack, raw.ustack_bytes),
         })
@@ -253,6 +256,7 @@ mod tests {
         let mut raw = types::td_sample {
             pid: 42,
             reason: 5,
+            caller: 7,
             kstack_bytes: 3 * 8,
             ustack_bytes: -14,
             ..Default::default()
@@ -263,7 +267,7 @@ mod tests {
         // SAFETY: reading a repr(C) value's bytes.
         let bytes = unsafe { plain::as_bytes(&raw) };
         let s = Sample::decode(bytes).unwrap();
-        assert_eq!((s.pid, s.reason), (42, 5));
+        assert_eq!((s.pid, s.reason, s.caller), (42, 5, 7));
         assert_eq!(s.kstack, vec![1, 2]);
         assert!(s.ustack.is_empty());
         assert!(Sample::decode(&bytes[..10]).is_none());

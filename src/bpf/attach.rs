@@ -93,7 +93,8 @@ fn try_fentry<'obj>(
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.btf {
         return Err(format!(
-            "the kernel has no BTF ({} is missing)",
+            "this {} kernel has no BTF ({} is missing)",
+            crate::host::ARCH,
             crate::host::BTF_PATH
         ));
     }
@@ -110,9 +111,7 @@ fn try_fentry<'obj>(
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 "the kernel refused to attach the fentry program (EPERM)".to_string()
             }
-            Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => {
-                "this kernel has no BPF trampolines (fentry unsupported)".to_string()
-            }
+            Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => no_trampolines(),
             Some(libc::EINVAL) | Some(libc::EBUSY) | Some(libc::ENOENT) => format!(
                 "{func} cannot be traced by fentry (notrace, or not in ftrace's list): {err}"
             ),
@@ -136,11 +135,16 @@ fn fentry_refusal(err: &Error, func: &str) -> String {
             "{func} is not in the kernel's BTF (static, inlined or left out of BTF), \
              so fentry cannot attach to it"
         ),
-        Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => {
-            "this kernel has no BPF trampolines (fentry unsupported)".to_string()
-        }
+        Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => no_trampolines(),
         _ => format!("the fentry program failed: {err}"),
     }
+}
+
+fn no_trampolines() -> String {
+    format!(
+        "this {} kernel has no BPF trampolines (fentry unsupported)",
+        crate::host::ARCH
+    )
 }
 
 fn try_kprobe<'obj>(
@@ -151,14 +155,26 @@ fn try_kprobe<'obj>(
     host: &Features,
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.kprobes {
-        return Err("this kernel has no kprobes (CONFIG_KPROBES is off)".to_string());
+        return Err(format!(
+            "this {} kernel has no kprobes (CONFIG_KPROBES is off)",
+            crate::host::ARCH
+        ));
     }
     let companion = companion.filter(|c| *c == Companion::Bare);
     let open =
         probe::open(storage, config, func, Mode::Kprobe, companion).map_err(|e| e.to_string())?;
-    let skel = open
-        .load()
-        .map_err(|e| format!("the kprobe program failed to {}", Error::bpf("load", e)))?;
+    let skel = open.load().map_err(|e| {
+        if host.btf {
+            format!("the kprobe program failed to {}", Error::bpf("load", e))
+        } else {
+            // Its pt_regs accesses are CO-RE relocations, which libbpf
+            // resolves against the kernel's BTF.
+            format!(
+                "the kprobe program needs the kernel's BTF as well, and this {} kernel has none",
+                crate::host::ARCH
+            )
+        }
+    })?;
     let link = skel
         .progs
         .td_kprobe

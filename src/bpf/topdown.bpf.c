@@ -260,6 +260,47 @@ static __always_inline __u64 kprobe_caller(struct pt_regs *ctx)
 	return ret;
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/*
+ * arm64, kprobe mode (the unwind's entry frame is FUNC+0, not the FUNC+8
+ * the fentry trampoline leaves): at its first instruction FUNC has not
+ * pushed its frame record yet, so the kernel's frame-pointer unwind goes
+ * from FUNC straight to its caller's caller; the caller's return address is
+ * only in the link register (what BPF_KPROBE_READ_RET_IP reads).  Put it in
+ * place of the entry frame when the instruction before it is a call of
+ * FUNC ("bl FUNC", or an indirect "blr"), so that deeper-frame rules see
+ * the same frames as under fentry and --verify-caller checks the link
+ * register against the code that called FUNC.  Returns the caller's index
+ * in s->ips, or -1.
+ */
+static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, __u64 func)
+{
+	struct pt_regs *regs = ctx;
+	__u64 lr, call;
+	__u32 insn;
+
+	if (s->ips[i] != func && s->ips[i] != cfg.func_addr)
+		return i + 1;
+	if (bpf_probe_read_kernel(&lr, sizeof(lr), &regs->regs[30]))
+		return -1;
+	call = lr - 4;
+	if (bpf_probe_read_kernel(&insn, sizeof(insn), (void *)call))
+		return -1;
+	if ((insn & 0xfffffc1f) != 0xd63f0000 &&	/* blr xN */
+	    ((insn & 0xfc000000) != 0x94000000 ||	/* bl FUNC */
+	     (call + (__s64)((__s32)(insn << 6) >> 4) != func &&
+	      call + (__s64)((__s32)(insn << 6) >> 4) != cfg.func_addr)))
+		return -1;
+	s->ips[i] = lr;
+	return i;
+}
+#else
+static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, __u64 func)
+{
+	return i + 1;
+}
+#endif
+
 /*
  * The expensive way: a full unwind.  Returns the index of the caller's
  * frame in s->ips, or -1.
@@ -276,7 +317,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 		if (i + 1 >= n)
 			break;
 		if (in_entry(s->ips[i], func))
-			return i + 1;
+			return entry_caller(ctx, s, i, func);
 	}
 	return -1;
 }

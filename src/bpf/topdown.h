@@ -22,7 +22,11 @@ enum td_abi {
 	TD_MAX_CALLERS = 16,
 	TD_MAX_RULES = 32,
 	TD_MAX_RULE_DEPTH = 16,
-	/* fentry takes at most 12 arguments; FUNC+5 lies a few slots above them. */
+	/*
+	 * fentry takes at most 12 arguments; FUNC+5 lies a few slots above them.
+	 * arm64: at most 8 register arguments up to 6.12; the caller's slot is
+	 * then 15 at most.
+	 */
 	TD_SCAN_SLOTS = 16,
 	TD_UNWIND_FRAMES = 32,		/* a power of two */
 	TD_MAX_FRAMES = 127,
@@ -30,7 +34,9 @@ enum td_abi {
 	TD_SELFTEST_ARGS = 12,		/* raw_tp test runs take at most 12 arguments */
 	/*
 	 * FUNC's entry frame is FUNC+5 (the call from the fentry site), FUNC+9
-	 * behind an IBT endbr64, FUNC+1 under a kprobe: all below this.
+	 * behind an IBT endbr64, FUNC+1 under a kprobe; arm64: FUNC+8 (the bl
+	 * after "mov x9, x30"), FUNC+12 behind a BTI, FUNC+0 under a kprobe:
+	 * all below this.
 	 */
 	TD_ENTRY_WINDOW = 16,
 	TD_NAME_LEN = 256,		/* a reason's name in the names map, NUL included */

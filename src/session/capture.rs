@@ -14,14 +14,27 @@ use crate::report::{Stack, StackCount};
 
 /// The frames above the traced function's entry frame, caller first. BPF
 /// program and trampoline frames sit below it and are dropped with it. If
-/// the entry frame is missing the stack is kept whole.
-pub(crate) fn above_entry(kstack: &[u64], func_addr: u64, window: u64) -> &[u64] {
+/// the entry frame is missing the stack is kept whole. If the frame above
+/// the entry is not `caller`, the caller's return address the BPF side
+/// found, the unwind missed it and it is put first: an arm64 kprobe fires
+/// at FUNC's first instruction, before FUNC has pushed its frame record, so
+/// the kernel's unwinder goes from FUNC straight to its caller's caller.
+pub(crate) fn above_entry(kstack: &[u64], func_addr: u64, window: u64, caller: u64) -> Vec<u64> {
     match kstack
         .iter()
         .position(|&ip| ip.wrapping_sub(func_addr) < window)
     {
-        Some(i) => &kstack[i + 1..],
-        None => kstack,
+        Some(i) => {
+            let above = &kstack[i + 1..];
+            if caller != 0 && above.first() != Some(&caller) {
+                std::iter::once(caller)
+                    .chain(above.iter().copied())
+                    .collect()
+            } else {
+                above.to_vec()
+            }
+        }
+        None => kstack.to_vec(),
     }
 }
 
@@ -133,8 +146,21 @@ mod tests {
     fn frames_above_the_entry_frame_are_kept() {
         let func = 0xffffffff81000000;
         let ks = [0xffffffffc0001000, 0xffffffffc0002000, func + 9, 0xa, 0xb];
-        assert_eq!(above_entry(&ks, func, 16), &[0xa, 0xb]);
-        assert_eq!(above_entry(&[0xa, 0xb], func, 16), &[0xa, 0xb]);
+        assert_eq!(above_entry(&ks, func, 16, 0xa), [0xa, 0xb]);
+        assert_eq!(above_entry(&ks, func, 16, 0), [0xa, 0xb]);
+        assert_eq!(above_entry(&[0xa, 0xb], func, 16, 0xa), [0xa, 0xb]);
+    }
+
+    #[test]
+    fn a_caller_the_unwind_missed_is_put_first() {
+        // arm64 kprobe: FUNC+0, then the caller's caller; the caller was in
+        // the link register only.
+        let func = 0xffff800080000000;
+        let ks = [func, 0xb, 0xc];
+        assert_eq!(above_entry(&ks, func, 16, 0xa), [0xa, 0xb, 0xc]);
+        assert_eq!(above_entry(&[func], func, 16, 0xa), [0xa]);
+        // No entry frame: kept whole, nothing added.
+        assert_eq!(above_entry(&[0xb, 0xc], func, 16, 0xa), [0xb, 0xc]);
     }
 
     #[test]

@@ -107,8 +107,8 @@ impl Stacks {
             self.symbols.remember_process(s.pid);
         }
         for s in samples {
-            let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW);
-            let kernel = self.symbols.kernel(ksyms, frames);
+            let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
+            let kernel = self.symbols.kernel(ksyms, &frames);
             let user = self.symbols.user(s.pid, &s.ustack);
             state.add_stack(s.reason, Stack { kernel, user }, s.ts);
         }

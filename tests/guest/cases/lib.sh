@@ -86,6 +86,45 @@ need_func() {
 	done
 }
 
+# Kernel symbols that play the same part on each architecture (uname -m):
+#   TD_ENTRY         the system call entry: in kallsyms, neither in BTF nor kprobe-able;
+#   TD_NOBTF         in kallsyms but not in BTF, kprobe-able, called once per system call
+#                    (x86_64: getpid's wrapper; arm64, where the wrappers are in BTF: the
+#                    common syscall path, a constprop clone);
+#   TD_NOBTF_CALLER  the function that calls TD_NOBTF.
+case $(uname -m) in
+aarch64)
+	TD_ENTRY=el0t_64_sync TD_NOBTF=el0_svc_common.constprop.0 TD_NOBTF_CALLER=do_el0_svc
+	;;
+*)
+	# x64_sys_call is inlined into do_syscall_64 here.
+	TD_ENTRY=entry_SYSCALL_64 TD_NOBTF=__x64_sys_getpid TD_NOBTF_CALLER=do_syscall_64
+	;;
+esac
+
+# thp_callers: sets the callers of deferred_split_folio for the thp workload that moved
+# between kernel versions (the ones that did not: folio_remove_rmap_ptes for a partial
+# unmap, collapse_huge_page for MADV_COLLAPSE):
+#   TD_THP_FAULT  the THP fault path's: do_huge_pmd_anonymous_page up to 6.x (with
+#                 __do_huge_pmd_anonymous_page inlined), map_anon_folio_pmd_pf from 7.x on
+#                 (with map_anon_folio_pmd_nopf inlined into it on Debian's builds);
+#   TD_ZAP_WALK   the page-table walk of a zap: unmap_page_range, from 7.x on
+#                 __zap_vma_range.
+thp_callers() {
+	TD_THP_FAULT=do_huge_pmd_anonymous_page TD_ZAP_WALK=unmap_page_range
+	grep -q " [tT] map_anon_folio_pmd_pf\$" /proc/kallsyms && TD_THP_FAULT=map_anon_folio_pmd_pf
+	grep -q " [tT] __zap_vma_range\$" /proc/kallsyms && TD_ZAP_WALK=__zap_vma_range
+	echo "thp callers here: fault $TD_THP_FAULT, zap walk $TD_ZAP_WALK"
+}
+
+# jmp_trampolines: true if the kernel can enter a BPF trampoline with a jump instead of a
+# call (CONFIG_DYNAMIC_FTRACE_WITH_JMP, x86 from 7.x): it does so when a program needs to
+# call the traced function, i.e. with an fexit program attached, and then FUNC's entry
+# address is on neither the trampoline frame nor the unwind.
+jmp_trampolines() {
+	grep -q '^CONFIG_DYNAMIC_FTRACE_WITH_JMP=y' "/boot/config-$TD_KERNEL" 2>/dev/null
+}
+
 # ------------------------------------------------------------------ topdown helpers
 
 # wait_line FILE PATTERN: wait (up to 30 s) until FILE has a line matching PATTERN.

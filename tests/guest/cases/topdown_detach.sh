@@ -21,8 +21,9 @@ for mode in fentry kprobe; do
 	grep -q '"type":"summary"' "$TD_TMP/d.out" || fail "$mode -d: no summary"
 	expect_eq "$mode -d: programs left" "$(td_progs)" 0
 done
-# An error while attaching: neither fentry nor kprobe can hook the syscall entry.
-topdown entry_SYSCALL_64 >"$TD_TMP/e.out" 2>&1
+# An error while attaching: neither fentry nor kprobe can hook the syscall entry
+# ($TD_ENTRY, lib.sh).
+topdown "$TD_ENTRY" >"$TD_TMP/e.out" 2>&1
 expect_eq "attach error: exit status" $? 1
 expect_eq "attach error: programs left" "$(td_progs)" 0
 exit 0

@@ -3,8 +3,17 @@
 need_cmd topdown asnobody
 need_func vfs_read
 
+# without DIR[:DIR...] CMD ARGS...: CMD ARGS in a mount namespace of its own in which
+# every DIR is hidden under an empty tmpfs: a kernel without BTF or kprobes, as topdown
+# sees it.
+without() {
+	unshare -m sh -c 'IFS=:; for d in $1; do mount -t tmpfs none "$d" || exit 9; done
+		shift; exec "$@"' sh "$@"
+}
+
 # expect_error RC PATTERN ARGS...: topdown ARGS exits RC, prints one line matching PATTERN.
-# With asnobody_topdown as the first argument, topdown runs as nobody.
+# With asnobody_topdown as the first argument, topdown runs as nobody; with
+# "without DIR[:DIR...]" first, with those directories hidden.
 expect_error() {
 	want_rc=$1 pattern=$2
 	shift 2
@@ -12,6 +21,9 @@ expect_error() {
 	if [ "$1" = asnobody_topdown ]; then
 		as=asnobody
 		shift
+	elif [ "$1" = without ]; then
+		as="without $2"
+		shift 2
 	fi
 	$as topdown "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
 	rc=$?
@@ -25,8 +37,9 @@ expect_error() {
 
 expect_error 1 "no kernel function named 'no_such_function_xyz'" no_such_function_xyz
 expect_error 1 "did you mean: vfs_read" vfs_rea
-expect_error 1 "fentry: entry_SYSCALL_64 is not in the kernel's BTF.*; kprobe: .*entry_SYSCALL_64" entry_SYSCALL_64
-expect_error 1 "cannot trace entry_SYSCALL_64 with fentry: .*not in the kernel's BTF" entry_SYSCALL_64 --fentry
+# The system call entry ($TD_ENTRY, lib.sh) is in neither BTF nor kprobe-able.
+expect_error 1 "fentry: $TD_ENTRY is not in the kernel's BTF.*; kprobe: .*$TD_ENTRY" "$TD_ENTRY"
+expect_error 1 "cannot trace $TD_ENTRY with fentry: .*not in the kernel's BTF" "$TD_ENTRY" --fentry
 expect_error 1 "unknown reason 'NOPE' for --stack-on" vfs_read --stack-on NOPE
 expect_error 2 "not a positive number of seconds" vfs_read -i 0
 expect_error 2 "unexpected argument '--bogus'" vfs_read --bogus
@@ -38,5 +51,23 @@ expect_error 1 "kernel symbol addresses are hidden (kernel.kptr_restrict=2)" vfs
 echo "$old" >/proc/sys/kernel/kptr_restrict
 # Without privileges (nobody, no capabilities).
 expect_error 1 "not enough privileges: run as root, or grant CAP_BPF and CAP_PERFMON" asnobody_topdown vfs_read
+# A kernel without BTF, or without kprobes, named by its architecture: the BTF hidden
+# (and with it fentry, and the kprobe program's CO-RE relocations), the kprobe PMU hidden.
+if command -v unshare >/dev/null; then
+	case $(uname -m) in
+	aarch64) arch=arm64 ;;
+	*) arch=$(uname -m) ;;
+	esac
+	btf=/sys/kernel/btf pmus=/sys/bus/event_source/devices
+	no_btf="this $arch kernel has no BTF (/sys/kernel/btf/vmlinux is missing)"
+	no_kprobes="this $arch kernel has no kprobes (CONFIG_KPROBES is off)"
+	expect_error 1 "cannot trace vfs_read with fentry: $no_btf" without $btf vfs_read --fentry
+	expect_error 1 "cannot trace vfs_read with a kprobe: $no_kprobes" without $pmus vfs_read --kprobe
+	expect_error 1 "cannot trace vfs_read: fentry: $no_btf; kprobe: $no_kprobes" without $btf:$pmus vfs_read
+	expect_error 1 "cannot trace vfs_read: fentry: $no_btf; kprobe: the kprobe program needs the kernel's BTF as well, and this $arch kernel has none" \
+		without $btf vfs_read
+else
+	echo "no unshare: kernels without BTF or kprobes not checked"
+fi
 expect_eq "programs left" "$(td_progs)" 0
 exit 0

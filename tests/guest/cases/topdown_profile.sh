@@ -5,6 +5,7 @@
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
+thp_callers
 
 F=3 P=2 Q=2 C=2
 run_thp() { thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"; }
@@ -37,14 +38,15 @@ td_start deferred_split_folio --reasons "$TD_TMP/p.toml"
 run_thp
 td_stop INT
 expect_eq "file: HALF_UNMAP" "$(reason_count HALF_UNMAP)" $((P + Q))
-expect_eq "file: do_huge_pmd_anonymous_page" "$(reason_count do_huge_pmd_anonymous_page)" $((F + P + Q))
+expect_eq "file: $TD_THP_FAULT" "$(reason_count $TD_THP_FAULT)" $((F + P + Q))
 expect_eq "file: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
 expect_eq "file: rows" "$(reason_rows)" 3
 
-# Inline rules with a deeper frame: munmap goes through vms_clear_ptes, MADV_DONTNEED
-# does not, so only the munmap halves are MUNMAP; the rest of the caller's calls keep
-# the caller's own name (the rule has no default).
-td_start deferred_split_folio --rules 'MUNMAP=folio_remove_rmap_ptes@vms_clear_ptes/6;FAULT=do_huge_pmd_anonymous_page'
+# Inline rules with a deeper frame: munmap goes through vms_complete_munmap_vmas (4
+# frames above the caller on 6.12 through vms_clear_ptes, on 7.3 through unmap_region),
+# MADV_DONTNEED does not, so only the munmap halves are MUNMAP; the rest of the caller's
+# calls keep the caller's own name (the rule has no default).
+td_start deferred_split_folio --rules "MUNMAP=folio_remove_rmap_ptes@vms_complete_munmap_vmas/8;FAULT=$TD_THP_FAULT"
 run_thp
 td_stop INT
 expect_eq "inline: MUNMAP" "$(reason_count MUNMAP)" $P

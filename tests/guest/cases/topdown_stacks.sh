@@ -5,6 +5,7 @@
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
+thp_callers
 
 # first_frames: the first frame of every stack in the summary, function names only.
 first_frames() {
@@ -30,12 +31,13 @@ captured=$(summary_num stacks_captured)
 [ "$captured" -gt 0 ] && [ "$captured" -lt $N ] || fail "auto: captured $captured stacks, want 1..$((N - 1))"
 expect_eq "auto: captured = sent" "$captured" "$(summary_num stacks_sent)"
 expect_eq "auto: captured = matched" "$captured" "$(summary_num stacks_matched)"
-echo "$TD_SUMMARY" | grep -q '"unmap_page_range+0x' || fail "auto: no unmap_page_range frame"
+echo "$TD_SUMMARY" | grep -q "\"$TD_ZAP_WALK+0x" || fail "auto: no $TD_ZAP_WALK frame"
 expect_eq "auto: first frames" "$(first_frames)" folio_remove_rmap_ptes
 # Folded: the reason, then the frames root first, the traced function as the leaf,
 # counts adding up.
 expect_eq "folded lines not under ZAP" "$(grep -vc '^ZAP;' "$TD_TMP/folded")" 0
-grep -q ';unmap_page_range+0x[0-9a-f]*;folio_remove_rmap_ptes+0x[0-9a-f]*;deferred_split_folio [0-9]*$' "$TD_TMP/folded" ||
+# (zap_pte_range and the like, when not inlined, sit between the walk and the rmap call.)
+grep -q ";$TD_ZAP_WALK"'+0x[0-9a-f]*;\([a-z_]*+0x[0-9a-f]*;\)*folio_remove_rmap_ptes+0x[0-9a-f]*;deferred_split_folio [0-9]*$' "$TD_TMP/folded" ||
 	{ cat "$TD_TMP/folded"; fail "folded output lacks the zap path"; }
 expect_eq "folded total" "$(awk '{ s += $NF } END { print s }' "$TD_TMP/folded")" "$captured"
 
@@ -48,7 +50,7 @@ expect_eq "stack-on: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $F
 expect_eq "stack-on: captured" "$(summary_num stacks_captured)" $F
 expect_eq "stack-on: matched" "$(summary_num stacks_matched)" $F
 echo "$TD_SUMMARY" | grep -q '"handle_mm_fault+0x' || fail "stack-on: no handle_mm_fault frame"
-expect_eq "stack-on: first frames" "$(first_frames)" do_huge_pmd_anonymous_page
+expect_eq "stack-on: first frames" "$(first_frames)" $TD_THP_FAULT
 expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stacks_ringbuf_full)" 00
 
 # 3. Moving: the faults now happen while topdown runs, so FAULT_ALLOC dominates first and

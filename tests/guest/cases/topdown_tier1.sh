@@ -3,6 +3,7 @@
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
+thp_callers
 
 F=3 P=2 Q=2 C=2
 for mode in fentry kprobe; do
@@ -11,7 +12,7 @@ for mode in fentry kprobe; do
 	thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
 	td_stop INT
 	expect_eq "$mode: exit status" "$TD_RC" 0
-	expect_eq "$mode: do_huge_pmd_anonymous_page" "$(reason_count do_huge_pmd_anonymous_page)" $((F + P + Q))
+	expect_eq "$mode: $TD_THP_FAULT" "$(reason_count $TD_THP_FAULT)" $((F + P + Q))
 	expect_eq "$mode: folio_remove_rmap_ptes" "$(reason_count folio_remove_rmap_ptes)" $((P + Q))
 	expect_eq "$mode: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
 	expect_eq "$mode: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))

@@ -16,12 +16,13 @@ args="--faults 3 --munmap-halves 2 --dontneed-halves 2 --collapse 2"
 by() { awk -v c="$1" '$1 == "ftrace:" && $4 == "thp" && $5 == c { s += $3 } END { print s + 0 }' out.txt; }
 total() { awk '$1 == "ftrace:" { s += $3 } END { print s + 0 }' out.txt; }
 if grep -qx deferred_split_folio /sys/kernel/tracing/available_filter_functions; then
-	# 6.12: once per THP fault, once per half unmap, once per collapse.
+	# 6.12 and 7.x: once per THP fault, once per half unmap, once per collapse.
 	ftrace_calls deferred_split_folio thp $args >out.txt
 	rc=$?
 	cat out.txt
 	[ $rc -eq 0 ] || fail "thp exited with $rc"
-	expect_eq "calls from do_huge_pmd_anonymous_page" "$(by do_huge_pmd_anonymous_page)" 7
+	thp_callers
+	expect_eq "calls from $TD_THP_FAULT" "$(by $TD_THP_FAULT)" 7
 	expect_eq "calls from folio_remove_rmap_ptes" "$(by folio_remove_rmap_ptes)" 4
 	expect_eq "calls from collapse_huge_page" "$(by collapse_huge_page)" 2
 	expect_eq "calls in all" "$(total)" 13
