@@ -66,11 +66,23 @@ impl Kallsyms {
             .collect();
         syms.sort_by_key(|s| s.addr);
         for i in 0..syms.len() {
-            let next = syms[i + 1..]
-                .iter()
-                .map(|s| s.addr)
-                .find(|&a| a > syms[i].addr);
-            syms[i].end = next.unwrap_or(syms[i].addr + LAST_SYMBOL_SIZE);
+            // A symbol ends where the next one of its module (or of the
+            // core kernel) starts; the last of each, whose size kallsyms
+            // does not say, is given LAST_SYMBOL_SIZE, so that an address
+            // in a gap (BPF programs loaded later) is not taken for it.
+            let (addr, module) = (syms[i].addr, syms[i].module.clone());
+            let end =
+                syms[i + 1..]
+                    .iter()
+                    .find(|s| s.addr > addr)
+                    .map_or(addr + LAST_SYMBOL_SIZE, |n| {
+                        if n.module == module {
+                            n.addr
+                        } else {
+                            n.addr.min(addr + LAST_SYMBOL_SIZE)
+                        }
+                    });
+            syms[i].end = end;
         }
         Kallsyms { syms }
     }
@@ -219,6 +231,16 @@ ffffffffc0001000 t thp_helper\t[thpmod]
             names,
             ["collapse_huge_page.isra.0", "collapse_huge_page.cold"]
         );
+    }
+
+    #[test]
+    fn the_last_symbol_of_a_module_does_not_reach_into_the_gap_after_it() {
+        let k = Kallsyms::parse(
+            "ffffffffc0001000 t a\t[m1]\nffffffffc0001100 t b\t[m1]\nffffffffc0100000 t c\t[m2]\n",
+        );
+        assert_eq!(k.lookup(0xffffffffc0001200).unwrap().name, "b");
+        assert!(k.lookup(0xffffffffc0010000).is_none(), "in the gap");
+        assert_eq!(k.lookup(0xffffffffc0100010).unwrap().name, "c");
     }
 
     #[test]

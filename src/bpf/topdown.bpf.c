@@ -222,6 +222,47 @@ static __always_inline __u64 caller_at(void *ctx, __u32 i, __u64 func)
 #endif
 }
 
+#if defined(__TARGET_ARCH_x86)
+/*
+ * Whether the instruction before return address `ret` is a call: of FUNC
+ * (e8 rel32), or an indirect one (ff /2 through a register, or e8 to a
+ * retpoline thunk). Reads the 8 code bytes before `ret`; 0 where unmapped.
+ */
+static __always_inline bool called_from(__u64 ret, __u64 func)
+{
+	__u64 code = 0;
+
+	if (bpf_ksym_exists(bpf_rdonly_cast))
+		code = bpf_core_cast((void *)(ret - 8), struct pt_regs)->r15;
+	else if (bpf_probe_read_kernel(&code, sizeof(code), (void *)(ret - 8)))
+		return false;
+	/* call rel32 (e8): FUNC itself, or a retpoline thunk */
+	if ((__u8)(code >> 24) == 0xe8)
+		return ret + (__s32)(code >> 32) == func || true;
+	/* call *%reg (ff d0+r) */
+	return (__u8)(code >> 48) == 0xff && ((__u8)(code >> 56) & 0xf8) == 0xd0;
+}
+
+/*
+ * Trampolines of newer kernels (7.x) with an fexit program are jumped to
+ * from FUNC's entry, not called: there is no FUNC+5 word, and the caller's
+ * return address is right above the saved RBP, after the arguments and the
+ * return-value slot: word nr_args + 2. Searched around there, and taken
+ * only if it follows a call instruction.
+ */
+static __always_inline __u64 jmp_caller_at(void *ctx, __u32 i, __u64 func)
+{
+	__u64 w[TD_FRAME_WORDS];
+
+	if (!frame_words(ctx, i, w) || w[0] < 0xffff000000000000ULL || !called_from(w[0], func))
+		return 0;
+	return w[0];
+}
+#endif
+
+/* entry_word with this bit set: a jumped-to trampoline, the caller at the word. */
+#define TD_JMP_FRAME 0x80
+
 /*
  * The cheap way to find the caller under fentry: where the entry word was
  * last time, else a search of the words above ctx (their number depends on
@@ -232,18 +273,43 @@ static __always_inline __u64 fentry_caller(void *ctx)
 	__u64 func = func_ip(ctx, TD_FENTRY), ret;
 	__u32 k = *(volatile __u32 *)&entry_word;
 
-	ret = caller_at(ctx, k, func);
-	if (ret)
-		return ret;
+#if defined(__TARGET_ARCH_x86)
+	if (k & TD_JMP_FRAME) {
+		ret = jmp_caller_at(ctx, k & (TD_SCAN_SLOTS - 1), func);
+		if (ret)
+			return ret;
+	} else
+#endif
+	{
+		ret = caller_at(ctx, k, func);
+		if (ret)
+			return ret;
+	}
 	for (__u32 i = 0; i < TD_SCAN_SLOTS - TD_CALLER_STEP; i++) {
-		if (i == k)
-			continue;
 		ret = caller_at(ctx, i, func);
 		if (ret) {
 			entry_word = i;
 			return ret;
 		}
 	}
+#if defined(__TARGET_ARCH_x86)
+	{
+		/* inlined for fentry: the trampoline's count of argument words */
+		__u32 n = bpf_get_func_arg_cnt(ctx);
+
+		for (__u32 d = 1; d <= 4; d++) {
+			__u32 i = n + d;
+
+			if (i >= TD_SCAN_SLOTS)
+				break;
+			ret = jmp_caller_at(ctx, i, func);
+			if (ret) {
+				entry_word = TD_JMP_FRAME | i;
+				return ret;
+			}
+		}
+	}
+#endif
 	return 0;
 }
 
@@ -303,9 +369,13 @@ static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, 
 
 /*
  * The expensive way: a full unwind.  Returns the index of the caller's
- * frame in s->ips, or -1.
+ * frame in s->ips, or -1: the frame above FUNC's entry frame, or, where
+ * the unwind has none (a jumped-to trampoline on x86 7.x), `hint` (the
+ * caller the cheap way found) if it is among the first frames, after those
+ * of the BPF program and the trampoline.
  */
-static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind)
+static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
+					 __u64 hint)
 {
 	__u64 func = func_ip(ctx, kind);
 	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), 0);
@@ -318,6 +388,12 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 			break;
 		if (in_entry(s->ips[i], func))
 			return entry_caller(ctx, s, i, func);
+	}
+	for (int i = 0; i < 4; i++) {
+		if (i >= n)
+			break;
+		if (hint && s->ips[i] == hint)
+			return i;
 	}
 	return -1;
 }
@@ -347,7 +423,7 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 }
 
 /* Reason of an event from a caller that needs a look at deeper frames. */
-static __always_inline __u32 deep_reason(void *ctx, __u32 c, enum td_kind kind)
+static __always_inline __u32 deep_reason(void *ctx, __u64 ret, __u32 c, enum td_kind kind)
 {
 	__u32 zero = 0, first = cfg.callers[c].rule_first;
 	__u32 nr = cfg.callers[c].rule_count;
@@ -357,7 +433,7 @@ static __always_inline __u32 deep_reason(void *ctx, __u32 c, enum td_kind kind)
 	if (!s)
 		return cfg.callers[c].reason;
 	ci = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
-						       : unwind_caller(ctx, s, kind);
+						       : unwind_caller(ctx, s, kind, ret);
 	if (ci < 0) {
 		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
 		return cfg.callers[c].reason;
@@ -410,7 +486,7 @@ static __always_inline __u32 site_reason(void *ctx, __u64 ret, enum td_kind kind
 		if (c >= cfg.nr_callers)
 			break;
 		if (ret - 1 >= cfg.callers[c].lo && ret - 1 < cfg.callers[c].hi)
-			return deep_reason(ctx, c, kind);
+			return deep_reason(ctx, ret, c, kind);
 	}
 	return TD_SLOT_NONE;
 }
@@ -423,7 +499,11 @@ static __always_inline void verify(void *ctx, __u64 cheap, enum td_kind kind)
 
 	if (!s)
 		return;
-	ci = unwind_caller(ctx, s, kind);
+	/*
+	 * Where the unwind has no entry frame (a jumped-to trampoline), the
+	 * check is that the cheap caller is among the first frames.
+	 */
+	ci = unwind_caller(ctx, s, kind, cheap);
 	stat_inc(TD_STAT_VERIFY_CHECKED);
 	if (ci < 0 || ci >= TD_UNWIND_FRAMES) {
 		stat_inc(TD_STAT_VERIFY_UNWIND_FAILED);

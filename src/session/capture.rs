@@ -14,7 +14,8 @@ use crate::report::{Stack, StackCount};
 
 /// The frames above the traced function's entry frame, caller first. BPF
 /// program and trampoline frames sit below it and are dropped with it. If
-/// the entry frame is missing the stack is kept whole. If the frame above
+/// the entry frame is missing (a jumped-to trampoline on x86 7.x) the
+/// stack starts at `caller`, or is kept whole if it lacks that too. If the frame above
 /// the entry is not `caller`, the caller's return address the BPF side
 /// found, the unwind missed it and it is put first: an arm64 kprobe fires
 /// at FUNC's first instruction, before FUNC has pushed its frame record, so
@@ -34,7 +35,12 @@ pub(crate) fn above_entry(kstack: &[u64], func_addr: u64, window: u64, caller: u
                 above.to_vec()
             }
         }
-        None => kstack.to_vec(),
+        // No entry frame (a jumped-to trampoline): the stack from the
+        // caller the BPF side found, if the unwind has it.
+        None => match kstack.iter().position(|&ip| caller != 0 && ip == caller) {
+            Some(i) => kstack[i..].to_vec(),
+            None => kstack.to_vec(),
+        },
     }
 }
 
@@ -149,6 +155,11 @@ mod tests {
         assert_eq!(above_entry(&ks, func, 16, 0xa), [0xa, 0xb]);
         assert_eq!(above_entry(&ks, func, 16, 0), [0xa, 0xb]);
         assert_eq!(above_entry(&[0xa, 0xb], func, 16, 0xa), [0xa, 0xb]);
+        // A jumped-to trampoline: no entry frame, the stack starts at the
+        // caller the BPF side found.
+        let jmp = [0xffffffffc0001000, 0xffffffffc0002000, 0xa, 0xb];
+        assert_eq!(above_entry(&jmp, func, 16, 0xa), [0xa, 0xb]);
+        assert_eq!(above_entry(&jmp, func, 16, 0), jmp);
     }
 
     #[test]

@@ -117,14 +117,6 @@ thp_callers() {
 	echo "thp callers here: fault $TD_THP_FAULT, zap walk $TD_ZAP_WALK"
 }
 
-# jmp_trampolines: true if the kernel can enter a BPF trampoline with a jump instead of a
-# call (CONFIG_DYNAMIC_FTRACE_WITH_JMP, x86 from 7.x): it does so when a program needs to
-# call the traced function, i.e. with an fexit program attached, and then FUNC's entry
-# address is on neither the trampoline frame nor the unwind.
-jmp_trampolines() {
-	grep -q '^CONFIG_DYNAMIC_FTRACE_WITH_JMP=y' "/boot/config-$TD_KERNEL" 2>/dev/null
-}
-
 # ------------------------------------------------------------------ topdown helpers
 
 # wait_line FILE PATTERN: wait (up to 30 s) until FILE has a line matching PATTERN.
