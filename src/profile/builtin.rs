@@ -331,7 +331,7 @@ mod domain_tests {
     }
 
     #[test]
-    fn fault_origins_split_gup_by_remote_access() {
+    fn fault_origins_split_gup_by_remote_access_and_exec() {
         let p = builtin("handle_mm_fault").unwrap();
         // Both kernels: faultin_page inlined into __get_user_pages.
         let k = ksyms(&[
@@ -343,6 +343,7 @@ mod domain_tests {
             "access_remote_vm",
             "process_vm_rw_core.constprop.0",
             "process_vm_rw",
+            "get_arg_page",
         ]);
         let r = resolve(&p, &k).unwrap();
         assert_eq!(
@@ -354,7 +355,7 @@ mod domain_tests {
         );
         assert_eq!(
             deep(&r),
-            [("__get_user_pages", Some("GUP"), vec!["REMOTE"])]
+            [("__get_user_pages", Some("GUP"), vec!["REMOTE", "EXEC"])]
         );
         assert_eq!(r.missing, ["faultin_page"]);
         // An inlined faultin_page is a plain route for debug info to match.
@@ -362,6 +363,6 @@ mod domain_tests {
             r.source_routes,
             [("faultin_page".to_string(), "GUP".to_string())]
         );
-        assert_eq!(r.deep_rule_ranges(), 4);
+        assert_eq!(r.deep_rule_ranges(), 5);
     }
 }
