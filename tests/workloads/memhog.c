@@ -1,0 +1,217 @@
+/*
+ * memhog -- memory pressure of one kind at a time, for topdown's shrink_node
+ * and compact_zone profiles, in a guest without swap or disks.
+ *
+ * usage: memhog [-l MB] [-f MB] [-g GOFILE] [-k] [-a MB] [-c KB] [-s US]
+ *               [-T THREADS] [-t N] [-w]
+ *
+ * Setup, before "memhog: ready" is printed:
+ *   -l MB   lazyfree memory: map MB, write every page, MADV_FREE it.  Reclaim
+ *           can drop these pages without swap, so reclaim has something to do.
+ *   -f MB   fragmented memory: map MB of small pages, write every page, then
+ *           MADV_DONTNEED every other page: the free memory it leaves is in
+ *           single pages, which only compaction turns into large blocks.
+ *   -g FILE then wait until FILE exists (so that a tracer attaches first).
+ * The work:
+ *   -k      while allocating, run kswapd0 as SCHED_IDLE (restored after), so
+ *           that reclaim is left to the allocating threads.
+ *   -a MB   allocate and write MB of small pages, in chunks of -c KB (1024),
+ *           each thread pausing -s US microseconds (0) between chunks, over
+ *           -T threads (1).
+ *   -t N    fault in N THPs: N 2 MiB-aligned MADV_HUGEPAGE regions, one byte
+ *           written in each; prints how many became THPs.
+ *   -w      then wait for SIGTERM or SIGINT, keeping all the memory.
+ * Ends with "memhog: done lazyfree_left=KB thp=N".
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MB (1024L * 1024)
+#define HPAGE (2 * MB)
+
+static long page, alloc_mb, chunk_kb = 1024, pause_us, threads = 1;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "memhog: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static char *map(long bytes, int advice)
+{
+	char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		die("mmap");
+	if (advice >= 0)
+		madvise(p, bytes, advice);
+	return p;
+}
+
+static void touch(char *p, long bytes)
+{
+	for (long i = 0; i < bytes; i += page)
+		p[i] = 1;
+}
+
+static void *allocator(void *arg)
+{
+	long mb = (long)arg, done;
+	long chunk = chunk_kb * 1024;
+	struct timespec ts = { pause_us / 1000000, pause_us % 1000000 * 1000 };
+
+	for (done = 0; done < mb * MB; done += chunk) {
+		touch(map(chunk, MADV_NOHUGEPAGE), chunk);
+		if (pause_us)
+			nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+/* The pid of kswapd0, or -1. */
+static pid_t kswapd(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = -1;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && found < 0) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strcmp(comm, "kswapd0\n"))
+			found = atoi(e->d_name);
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+static long thp_kb(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kb = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+}
+
+int main(int argc, char **argv)
+{
+	long lazy_mb = 0, frag_mb = 0, thps = 0, lazy_left = 0, base_thp;
+	const char *go = NULL;
+	int idle_kswapd = 0, hold = 0, c;
+	char *lazy = NULL;
+
+	page = sysconf(_SC_PAGESIZE);
+	while ((c = getopt(argc, argv, "l:f:g:ka:c:s:T:t:w")) != -1) {
+		switch (c) {
+		case 'l': lazy_mb = atol(optarg); break;
+		case 'f': frag_mb = atol(optarg); break;
+		case 'g': go = optarg; break;
+		case 'k': idle_kswapd = 1; break;
+		case 'a': alloc_mb = atol(optarg); break;
+		case 'c': chunk_kb = atol(optarg); break;
+		case 's': pause_us = atol(optarg); break;
+		case 'T': threads = atol(optarg); break;
+		case 't': thps = atol(optarg); break;
+		case 'w': hold = 1; break;
+		default:
+			fprintf(stderr, "usage: memhog [-l MB] [-f MB] [-g GOFILE] [-k] [-a MB] [-c KB] [-s US] [-T THREADS] [-t N] [-w]\n");
+			return 2;
+		}
+	}
+	if (chunk_kb < 4 || threads < 1 || threads > 64) {
+		fprintf(stderr, "memhog: bad -c or -T\n");
+		return 2;
+	}
+
+	if (lazy_mb) {
+		lazy = map(lazy_mb * MB, MADV_NOHUGEPAGE);
+		touch(lazy, lazy_mb * MB);
+		if (madvise(lazy, lazy_mb * MB, MADV_FREE))
+			die("MADV_FREE");
+	}
+	if (frag_mb) {
+		char *f = map(frag_mb * MB, MADV_NOHUGEPAGE);
+
+		touch(f, frag_mb * MB);
+		for (long i = 0; i < frag_mb * MB; i += 2 * page)
+			madvise(f + i, page, MADV_DONTNEED);
+	}
+	base_thp = thp_kb();
+	printf("memhog: ready\n");
+	fflush(stdout);
+	if (go) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		while (access(go, F_OK) != 0)
+			nanosleep(&ts, NULL);
+	}
+
+	if (alloc_mb) {
+		struct sched_param idle = { 0 }, normal = { 0 };
+		pthread_t tid[64];
+		pid_t k = idle_kswapd ? kswapd() : -1;
+
+		if (idle_kswapd && (k < 0 || sched_setscheduler(k, SCHED_IDLE, &idle)))
+			die("kswapd0 to SCHED_IDLE");
+		for (long t = 0; t < threads; t++)
+			if (pthread_create(&tid[t], NULL, allocator, (void *)(alloc_mb / threads)))
+				die("pthread_create");
+		for (long t = 0; t < threads; t++)
+			pthread_join(tid[t], NULL);
+		if (k >= 0 && sched_setscheduler(k, SCHED_OTHER, &normal))
+			die("kswapd0 back to SCHED_OTHER");
+	}
+	if (thps) {
+		char *r = map((thps + 1) * HPAGE, -1);
+		char *a = (char *)(((unsigned long)r + HPAGE - 1) & ~(HPAGE - 1));
+
+		if (madvise(a, thps * HPAGE, MADV_HUGEPAGE))
+			die("MADV_HUGEPAGE");
+		for (long i = 0; i < thps; i++)
+			a[i * HPAGE] = 1;
+	}
+	/* Lazyfree pages still there read back as written; dropped ones as 0. */
+	for (long i = 0; i < lazy_mb * MB; i += page)
+		lazy_left += lazy[i] == 1;
+	printf("memhog: done lazyfree_left=%ld thp=%ld\n", lazy_left * page / 1024,
+	       (thp_kb() - base_thp) / 2048);
+	fflush(stdout);
+	if (hold) {
+		signal(SIGTERM, on_signal);
+		signal(SIGINT, on_signal);
+		pause();
+	}
+	return 0;
+}
