@@ -13,8 +13,10 @@
  *           single pages, which only compaction turns into large blocks.
  *   -g FILE then wait until FILE exists (so that a tracer attaches first).
  * The work:
- *   -k      while allocating, run kswapd0 as SCHED_IDLE (restored after), so
- *           that reclaim is left to the allocating threads.
+ *   -k      from the allocation on, run kswapd0 as SCHED_IDLE, so that the
+ *           allocating threads do most of the reclaim themselves; until the end
+ *           (with -w, until the signal), so that kswapd does not catch up while
+ *           a tracer still looks.  kswapd0 is SCHED_OTHER again then.
  *   -a MB   allocate and write MB of small pages, in chunks of -c KB (1024),
  *           each thread pausing -s US microseconds (0) between chunks, over
  *           -T threads (1).
@@ -63,6 +65,8 @@ static void touch(char *p, long bytes)
 	for (long i = 0; i < bytes; i += page)
 		p[i] = 1;
 }
+
+static pid_t kswapd_pid = -1;
 
 static void *allocator(void *arg)
 {
@@ -178,20 +182,21 @@ int main(int argc, char **argv)
 			nanosleep(&ts, NULL);
 	}
 
-	if (alloc_mb) {
-		struct sched_param idle = { 0 }, normal = { 0 };
-		pthread_t tid[64];
-		pid_t k = idle_kswapd ? kswapd() : -1;
+	if (idle_kswapd) {
+		struct sched_param idle = { 0 };
 
-		if (idle_kswapd && (k < 0 || sched_setscheduler(k, SCHED_IDLE, &idle)))
+		kswapd_pid = kswapd();
+		if (kswapd_pid < 0 || sched_setscheduler(kswapd_pid, SCHED_IDLE, &idle))
 			die("kswapd0 to SCHED_IDLE");
+	}
+	if (alloc_mb) {
+		pthread_t tid[64];
+
 		for (long t = 0; t < threads; t++)
 			if (pthread_create(&tid[t], NULL, allocator, (void *)(alloc_mb / threads)))
 				die("pthread_create");
 		for (long t = 0; t < threads; t++)
 			pthread_join(tid[t], NULL);
-		if (k >= 0 && sched_setscheduler(k, SCHED_OTHER, &normal))
-			die("kswapd0 back to SCHED_OTHER");
 	}
 	if (thps) {
 		char *r = map((thps + 1) * HPAGE, -1);
@@ -212,6 +217,12 @@ int main(int argc, char **argv)
 		signal(SIGTERM, on_signal);
 		signal(SIGINT, on_signal);
 		pause();
+	}
+	if (kswapd_pid >= 0) {
+		struct sched_param normal = { 0 };
+
+		if (sched_setscheduler(kswapd_pid, SCHED_OTHER, &normal))
+			die("kswapd0 back to SCHED_OTHER");
 	}
 	return 0;
 }
