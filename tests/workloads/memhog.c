@@ -2,8 +2,8 @@
  * memhog -- memory pressure of one kind at a time, for topdown's shrink_node
  * and compact_zone profiles, in a guest without swap or disks.
  *
- * usage: memhog [-l MB] [-f MB] [-g GOFILE] [-k] [-a MB] [-c KB] [-s US]
- *               [-T THREADS] [-t N] [-w]
+ * usage: memhog [-l MB] [-f MB] [-K N] [-g GOFILE] [-k] [-a MB] [-c KB]
+ *               [-s US] [-T THREADS] [-t N] [-w]
  *
  * Setup, before "memhog: ready" is printed:
  *   -l MB   lazyfree memory: map MB, write every page, MADV_FREE it.  Reclaim
@@ -11,6 +11,8 @@
  *   -f MB   fragmented memory: map MB of small pages, write every page, then
  *           MADV_DONTNEED every other page: the free memory it leaves is in
  *           single pages, which only compaction turns into large blocks.
+ *   -K N    N 2 MiB-aligned regions written as small pages (MADV_NOHUGEPAGE),
+ *           for khugepaged to collapse once the work starts.
  *   -g FILE then wait until FILE exists (so that a tracer attaches first).
  * The work:
  *   -k      from the allocation on, run kswapd0 as SCHED_IDLE, so that the
@@ -20,10 +22,13 @@
  *   -a MB   allocate and write MB of small pages, in chunks of -c KB (1024),
  *           each thread pausing -s US microseconds (0) between chunks, over
  *           -T threads (1).
+ *   (-K N)  MADV_HUGEPAGE on the -K regions, which hands them to khugepaged,
+ *           then wait (up to 60 s) until all of them are THPs.
  *   -t N    fault in N THPs: N 2 MiB-aligned MADV_HUGEPAGE regions, one byte
  *           written in each; prints how many became THPs.
  *   -w      then wait for SIGTERM or SIGINT, keeping all the memory.
- * Ends with "memhog: done lazyfree_left=KB thp=N".
+ * Ends with "memhog: done lazyfree_left=KB thp=N", N the THPs it gained since
+ * "ready".
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -131,16 +136,17 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-	long lazy_mb = 0, frag_mb = 0, thps = 0, lazy_left = 0, base_thp;
+	long lazy_mb = 0, frag_mb = 0, thps = 0, lazy_left = 0, base_thp, khp = 0;
 	const char *go = NULL;
 	int idle_kswapd = 0, hold = 0, c;
-	char *lazy = NULL;
+	char *lazy = NULL, *kregions = NULL;
 
 	page = sysconf(_SC_PAGESIZE);
-	while ((c = getopt(argc, argv, "l:f:g:ka:c:s:T:t:w")) != -1) {
+	while ((c = getopt(argc, argv, "l:f:K:g:ka:c:s:T:t:w")) != -1) {
 		switch (c) {
 		case 'l': lazy_mb = atol(optarg); break;
 		case 'f': frag_mb = atol(optarg); break;
+		case 'K': khp = atol(optarg); break;
 		case 'g': go = optarg; break;
 		case 'k': idle_kswapd = 1; break;
 		case 'a': alloc_mb = atol(optarg); break;
@@ -150,7 +156,7 @@ int main(int argc, char **argv)
 		case 't': thps = atol(optarg); break;
 		case 'w': hold = 1; break;
 		default:
-			fprintf(stderr, "usage: memhog [-l MB] [-f MB] [-g GOFILE] [-k] [-a MB] [-c KB] [-s US] [-T THREADS] [-t N] [-w]\n");
+			fprintf(stderr, "usage: memhog [-l MB] [-f MB] [-K N] [-g GOFILE] [-k] [-a MB] [-c KB] [-s US] [-T THREADS] [-t N] [-w]\n");
 			return 2;
 		}
 	}
@@ -171,6 +177,12 @@ int main(int argc, char **argv)
 		touch(f, frag_mb * MB);
 		for (long i = 0; i < frag_mb * MB; i += 2 * page)
 			madvise(f + i, page, MADV_DONTNEED);
+	}
+	if (khp) {
+		char *r = map((khp + 1) * HPAGE, MADV_NOHUGEPAGE);
+
+		kregions = (char *)(((unsigned long)r + HPAGE - 1) & ~(HPAGE - 1));
+		touch(kregions, khp * HPAGE);
 	}
 	base_thp = thp_kb();
 	printf("memhog: ready\n");
@@ -197,6 +209,14 @@ int main(int argc, char **argv)
 				die("pthread_create");
 		for (long t = 0; t < threads; t++)
 			pthread_join(tid[t], NULL);
+	}
+	if (khp) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+		if (madvise(kregions, khp * HPAGE, MADV_HUGEPAGE))
+			die("MADV_HUGEPAGE");
+		for (int i = 0; i < 600 && thp_kb() - base_thp < khp * 2048; i++)
+			nanosleep(&ts, NULL);
 	}
 	if (thps) {
 		char *r = map((thps + 1) * HPAGE, -1);
