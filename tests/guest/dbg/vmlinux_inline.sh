@@ -17,7 +17,7 @@ V=/usr/lib/debug/boot/vmlinux-$TD_KERNEL
 ! grep -q " [tT] faultin_page\$" /proc/kallsyms || fail "faultin_page has a symbol in $TD_KERNEL: pick another inlined caller"
 echo "vmlinux: $V ($(($(wc -c <"$V") / 1048576)) MB)"
 N=300
-# A profile file: --rules would take the / of mm/gup.c for a depth.
+# The same as --rules 'FAULTIN=faultin_page;GUP_C=file:mm/gup.c', as a file.
 cat >"$TD_TMP/p.toml" <<'TOML'
 version = 1
 function = "handle_mm_fault"
