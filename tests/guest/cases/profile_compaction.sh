@@ -42,7 +42,7 @@ expect_none $(others SYSCTL)
 
 # Fragment what is left after the hugetlb pages, keeping ~80 MB in large blocks.
 free_mb() { awk '$1 == "MemFree:" { print int($2 / 1024) }' /proc/meminfo; }
-echo $((($(free_mb) - 400) / 2)) >$S/nr_hugepages
+echo $((($(free_mb) - 250) / 2)) >$S/nr_hugepages
 fill=$(($(free_mb) - 80))
 echo "hugetlb pages: $(cat $S/nr_hugepages), fragmenting $fill MB"
 memhog -f $fill -w >"$TD_TMP/frag.out" 2>&1 &

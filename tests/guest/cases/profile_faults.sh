@@ -15,6 +15,12 @@ need_func handle_mm_fault
 
 N=300
 
+# The built-in profiles of this domain and the two others are listed.
+for f in handle_mm_fault shrink_node compact_zone; do
+	topdown --list-profiles | grep -q "^$f	$f	" || fail "--list-profiles does not list $f"
+done
+echo "ok: --list-profiles lists handle_mm_fault, shrink_node, compact_zone"
+
 # run_faults MODE PAGES [REPEAT PAUSE_MS [TOPDOWN ARGS...]]: one topdown run around
 # "faults MODE PAGES".
 run_faults() {
