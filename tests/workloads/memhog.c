@@ -25,7 +25,7 @@
  *   (-K N)  MADV_HUGEPAGE on the -K regions, which hands them to khugepaged,
  *           then wait (up to 60 s) until all of them are THPs.
  *   -t N    fault in N THPs: N 2 MiB-aligned MADV_HUGEPAGE regions, one byte
- *           written in each; prints how many became THPs.
+ *           written in each (-s US apart); prints how many became THPs.
  *   -w      then wait for SIGTERM or SIGINT, keeping all the memory.
  * Ends with "memhog: done lazyfree_left=KB thp=N", N the THPs it gained since
  * "ready".
@@ -224,8 +224,13 @@ int main(int argc, char **argv)
 
 		if (madvise(a, thps * HPAGE, MADV_HUGEPAGE))
 			die("MADV_HUGEPAGE");
-		for (long i = 0; i < thps; i++)
+		for (long i = 0; i < thps; i++) {
+			struct timespec ts = { pause_us / 1000000, pause_us % 1000000 * 1000 };
+
+			if (i && pause_us)
+				nanosleep(&ts, NULL);
 			a[i * HPAGE] = 1;
+		}
 	}
 	/* Lazyfree pages reclaim dropped are no longer mapped (mincore: no
 	 * fault, unlike reading them). */

@@ -2,12 +2,10 @@
 # (vm.compact_memory, node0/compact) compacts every populated zone once: exact counts.
 # For the others, most of the guest's memory is first taken out as hugetlb pages and
 # the rest fragmented by memhog -f (every other small page freed); then THP faults with
+# defrag=defer wake kswapd, which wakes kcompactd (KCOMPACTD), THP faults with
 # defrag=always compact directly (DIRECT), and raising vm.compaction_proactiveness
 # starts proactive compaction (PROACTIVE, one call per populated zone and round). Each
 # must have >= 95% of its window's calls, and the reasons of the other triggers none.
-# KCOMPACTD is not proven here: THP faults with defrag=defer woke kswapd for order 9,
-# but kcompactd did not run within 40 s (compact_daemon_wake stayed 0) on 6.12, while
-# direct compaction by the guest's own allocations showed up in that window instead.
 . "$TD_LIB"
 need_cmd topdown memhog
 need_func compact_zone
@@ -68,6 +66,15 @@ thp_run() {
 	cat "$TD_TMP/thp-$_d.out"
 	expect_eq "defrag=$_d: exit status" "$TD_RC" 0
 }
+
+# defer: the faults wake kswapd for order 9 and, once it sleeps again with no large
+# block free, kswapd wakes kcompactd; 100 ms apart, so that faults keep coming after
+# kswapd has slept (lazyfree memory gives it something to reclaim).
+thp_run defer 60 -l 64 -s 100000
+expect_share KCOMPACTD 95
+expect_none $(others KCOMPACTD)
+# Let kcompactd finish what the last faults asked of it.
+sleep 3
 
 thp_run always 60
 expect_share DIRECT 95
