@@ -15,7 +15,13 @@ macro_rules! builtin_files {
 
 /// The built-in profiles. To add one, put `NAME.toml` into `profiles/` and
 /// its NAME here; a test fails if a file in `profiles/` is not listed.
-const BUILTIN: &[(&str, &str)] = builtin_files!["deferred_split_folio", "deferred_split_huge_page"];
+const BUILTIN: &[(&str, &str)] = builtin_files![
+    "compact_zone",
+    "deferred_split_folio",
+    "deferred_split_huge_page",
+    "handle_mm_fault",
+    "shrink_node",
+];
 
 /// Parses an embedded profile; the tests check that all of them parse.
 fn parse_builtin(name: &str, text: &str) -> Profile {
@@ -194,5 +200,169 @@ ffffffff8100c000 T _etext
         // KHUGEPAGED: khugepaged_scan_mm_slot and khugepaged (apart, as
         // khugepaged_do_scan lies between); then one range each.
         assert_eq!(r.deep_rule_ranges(), 2 + 1 + 1 + 1);
+    }
+}
+
+/// The reclaim, compaction and fault-origin profiles, resolved on symbol
+/// sets like those of Debian's 6.1 and 6.12 kernels (what is inlined there
+/// has no symbol here).
+#[cfg(test)]
+mod domain_tests {
+    use super::builtin;
+    use crate::kallsyms::Kallsyms;
+    use crate::profile::resolve::resolve;
+    use crate::profile::Resolved;
+
+    /// A kallsyms text with one function per 0x1000 bytes, each followed
+    /// by a filler so that no ranges merge.
+    fn ksyms(names: &[&str]) -> Kallsyms {
+        let text: String = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let a = 0xffffffff81000000u64 + i as u64 * 0x1000;
+                format!("{a:016x} t {n}\n{:016x} t filler{i}\n", a + 0x800)
+            })
+            .collect();
+        Kallsyms::parse(&(text + "ffffffff8f000000 T _etext\n"))
+    }
+
+    fn routes(r: &Resolved) -> Vec<(&str, &str)> {
+        r.routes
+            .iter()
+            .map(|(c, n)| (c.as_str(), n.as_str()))
+            .collect()
+    }
+
+    /// `(caller, default, [rule reasons])` of each caller with rules.
+    fn deep(r: &Resolved) -> Vec<(&str, Option<&str>, Vec<&str>)> {
+        r.deep
+            .iter()
+            .map(|d| {
+                (
+                    d.caller.as_str(),
+                    d.default_reason.as_deref(),
+                    d.rules.iter().map(|x| x.reason.as_str()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reclaim_splits_the_shared_caller_by_the_frames_above() {
+        let p = builtin("shrink_node").unwrap();
+        // Both kernels: kswapd_shrink_node and shrink_zones inlined.
+        let k = ksyms(&[
+            "shrink_node",
+            "do_try_to_free_pages",
+            "try_to_free_pages",
+            "try_to_free_mem_cgroup_pages",
+            "balance_pgdat",
+            "kswapd",
+            "__node_reclaim",
+            "node_reclaim",
+            "memory_reclaim",
+            "reclaim_high",
+            "memory_high_write",
+            "try_charge_memcg",
+        ]);
+        let r = resolve(&p, &k).unwrap();
+        assert_eq!(
+            routes(&r),
+            [
+                ("balance_pgdat", "KSWAPD"),
+                ("__node_reclaim", "NODE_RECLAIM"),
+                ("node_reclaim", "NODE_RECLAIM")
+            ]
+        );
+        assert_eq!(
+            deep(&r),
+            [(
+                "do_try_to_free_pages",
+                None,
+                vec!["PROACTIVE", "MEMCG_HIGH", "MEMCG_LIMIT", "DIRECT"]
+            )]
+        );
+        assert_eq!(r.missing, ["kswapd_shrink_node", "shrink_zones"]);
+        assert_eq!(r.missing_warning(false), None);
+        assert_eq!(r.deep_rule_ranges(), 5);
+    }
+
+    #[test]
+    fn compaction_tells_proactive_from_explicit_on_both_kernels() {
+        let p = builtin("compact_zone").unwrap();
+        let common = [
+            "compact_zone",
+            "compact_zone_order",
+            "try_to_compact_pages",
+            "kcompactd_do_work",
+            "kcompactd",
+            "compact_node",
+            "sysctl_compaction_handler",
+            "compact_store",
+        ];
+        // 6.12: proactive compaction is compact_node called by kcompactd.
+        let r = resolve(&p, &ksyms(&common)).unwrap();
+        assert_eq!(
+            routes(&r),
+            [
+                ("compact_zone_order", "DIRECT"),
+                ("try_to_compact_pages", "DIRECT"),
+                ("kcompactd_do_work", "KCOMPACTD")
+            ]
+        );
+        assert_eq!(
+            deep(&r),
+            [("compact_node", Some("SYSCTL"), vec!["PROACTIVE"])]
+        );
+        assert_eq!(r.missing, ["proactive_compact_node"]);
+        // 6.1: a function of its own.
+        let mut v61 = common.to_vec();
+        v61.push("proactive_compact_node");
+        let r = resolve(&p, &ksyms(&v61)).unwrap();
+        assert_eq!(
+            deep(&r),
+            [
+                ("proactive_compact_node", None, vec!["PROACTIVE"]),
+                ("compact_node", Some("SYSCTL"), vec!["PROACTIVE"])
+            ]
+        );
+        assert!(r.missing.is_empty());
+    }
+
+    #[test]
+    fn fault_origins_split_gup_by_remote_access_and_exec() {
+        let p = builtin("handle_mm_fault").unwrap();
+        // Both kernels: faultin_page inlined into __get_user_pages.
+        let k = ksyms(&[
+            "handle_mm_fault",
+            "do_user_addr_fault",
+            "__get_user_pages",
+            "fixup_user_fault",
+            "__access_remote_vm",
+            "access_remote_vm",
+            "process_vm_rw_core.constprop.0",
+            "process_vm_rw",
+            "get_arg_page",
+        ]);
+        let r = resolve(&p, &k).unwrap();
+        assert_eq!(
+            routes(&r),
+            [
+                ("do_user_addr_fault", "USER"),
+                ("fixup_user_fault", "FIXUP")
+            ]
+        );
+        assert_eq!(
+            deep(&r),
+            [("__get_user_pages", Some("GUP"), vec!["REMOTE", "EXEC"])]
+        );
+        assert_eq!(r.missing, ["faultin_page"]);
+        // An inlined faultin_page is a plain route for debug info to match.
+        assert_eq!(
+            r.source_routes,
+            [("faultin_page".to_string(), "GUP".to_string())]
+        );
+        assert_eq!(r.deep_rule_ranges(), 5);
     }
 }

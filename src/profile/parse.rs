@@ -6,7 +6,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
-use crate::profile::validate::{check_function, validate, Draft};
+use crate::profile::validate::{check_function, validate, Draft, FILE_PREFIX};
 use crate::profile::{Profile, VERSION};
 
 /// The file as written; `Spanned` keeps byte offsets for messages.
@@ -120,7 +120,11 @@ impl Profile {
                 Some((c, w)) => (c, Some(w)),
                 None => (rest, None),
             };
-            if callers.contains('/') {
+            // A / in callers is a misplaced depth, except in file: paths.
+            if callers
+                .split(',')
+                .any(|c| c.contains('/') && !c.trim().starts_with(FILE_PREFIX))
+            {
                 return Err(bad("a depth (/N) needs @within"));
             }
             let (within, depth) = match within.map(|w| w.split_once('/')) {
@@ -269,6 +273,16 @@ mod tests {
         assert_eq!(p.reasons[1].callers, ["do_huge_pmd_anonymous_page"]);
         assert_eq!(p.reasons[1].within, None);
         assert_eq!(p.reasons[2].within.as_ref().unwrap().depth, DEFAULT_DEPTH);
+    }
+
+    #[test]
+    fn inline_file_patterns_keep_their_slashes() {
+        let p = Profile::inline("GUP=file:mm/gup.c, faultin_page;Z=f@g/3").unwrap();
+        assert_eq!(p.reasons[0].callers, ["file:mm/gup.c", "faultin_page"]);
+        assert_eq!(p.reasons[0].within, None);
+        assert_eq!(p.reasons[1].within.as_ref().unwrap().depth, 3);
+        let e = err(Profile::inline("A=file:mm/gup.c,f/4"));
+        assert!(e.contains("a depth (/N) needs @within"), "{e}");
     }
 
     #[test]

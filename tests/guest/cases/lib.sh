@@ -173,6 +173,26 @@ reason_rows() {
 	echo "$TD_SUMMARY" | grep -o '"reasons":\[[^]]*\]' | head -n 1 | grep -o '{"reason":' | wc -l
 }
 
+# expect_share NAME PCT: reason NAME has at least PCT percent of the calls in
+# $TD_SUMMARY (and there were calls), else fail.
+expect_share() {
+	_n=$(reason_count "$1")
+	_t=$(summary_num total)
+	[ "${_t:-0}" -gt 0 ] || fail "$1: no calls at all"
+	if [ $((_n * 100)) -ge $(($2 * _t)) ]; then
+		echo "ok: $1 = $_n of $_t calls (>= $2%)"
+	else
+		fail "$1: $_n of $_t calls, want >= $2%"
+	fi
+}
+
+# expect_none NAME...: no calls for any reason NAME in $TD_SUMMARY.
+expect_none() {
+	for _r in "$@"; do
+		expect_eq "$_r" "$(reason_count "$_r")" 0
+	done
+}
+
 # summary_num KEY: the first number stored under "KEY" in $TD_SUMMARY.
 summary_num() {
 	echo "$TD_SUMMARY" | grep -o "\"$1\":[0-9]*" | head -1 | sed 's/.*://'

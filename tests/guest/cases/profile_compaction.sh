@@ -1,0 +1,91 @@
+# The compact_zone profile: each kind of compaction alone. An explicit request
+# (vm.compact_memory, node0/compact) compacts every populated zone once: exact counts.
+# For the others, most of the guest's memory is first taken out as hugetlb pages and
+# the rest fragmented by memhog -f (every other small page freed); then THP faults with
+# defrag=defer wake kswapd, which wakes kcompactd (KCOMPACTD), THP faults with
+# defrag=always compact directly (DIRECT), and raising vm.compaction_proactiveness
+# starts proactive compaction (PROACTIVE, one call per populated zone and round). Each
+# must have >= 95% of its window's calls, and the reasons of the other triggers none.
+. "$TD_LIB"
+need_cmd topdown memhog
+need_func compact_zone
+
+S=/proc/sys/vm
+T=/sys/kernel/mm/transparent_hugepage
+[ -w $S/compaction_proactiveness ] && [ -w $T/defrag ] || skip "no proactive compaction or THP"
+cleanup() {
+	[ -z "$HOGS" ] || kill $HOGS 2>/dev/null
+	wait 2>/dev/null
+	echo 0 >$S/nr_hugepages
+	echo madvise >$T/defrag
+	echo 20 >$S/compaction_proactiveness
+}
+trap cleanup EXIT
+HOGS=
+echo 0 >$S/compaction_proactiveness
+ALL="DIRECT KCOMPACTD PROACTIVE SYSCTL"
+# others REASON: the reasons other than REASON.
+others() { echo " $ALL " | sed "s/ $1 / /"; }
+
+# Populated zones: compact_node() calls compact_zone() once for each.
+zones=$(awk '$1 == "present" && $2 > 0 { n++ } END { print n + 0 }' /proc/zoneinfo)
+echo "populated zones: $zones"
+
+td_start compact_zone
+echo 1 >$S/compact_memory
+echo 1 >/sys/devices/system/node/node0/compact
+td_stop INT
+expect_eq "SYSCTL (compact_memory + node0/compact)" "$(reason_count SYSCTL)" $((2 * zones))
+expect_none $(others SYSCTL)
+
+# Fragment what is left after the hugetlb pages, keeping ~80 MB in large blocks.
+free_mb() { awk '$1 == "MemFree:" { print int($2 / 1024) }' /proc/meminfo; }
+echo $((($(free_mb) - 250) / 2)) >$S/nr_hugepages
+fill=$(($(free_mb) - 80))
+echo "hugetlb pages: $(cat $S/nr_hugepages), fragmenting $fill MB"
+memhog -f $fill -w >"$TD_TMP/frag.out" 2>&1 &
+HOGS=$!
+wait_line "$TD_TMP/frag.out" "memhog: done"
+grep -E "^Node|^(DMA|DMA32|Normal)" /proc/buddyinfo
+
+# thp_run DEFRAG N [MEMHOG ARGS...]: topdown around N THP faults with THP defrag
+# DEFRAG; the memory stays taken until the end.
+thp_run() {
+	_d=$1 _n=$2
+	shift 2
+	echo "$_d" >$T/defrag
+	rm -f "$TD_TMP/go"
+	memhog "$@" -g "$TD_TMP/go" -t "$_n" -w >"$TD_TMP/thp-$_d.out" 2>&1 &
+	HOGS="$HOGS $!"
+	wait_line "$TD_TMP/thp-$_d.out" "memhog: ready"
+	td_start compact_zone
+	: >"$TD_TMP/go"
+	wait_line "$TD_TMP/thp-$_d.out" "memhog: done"
+	sleep 1
+	td_stop INT
+	cat "$TD_TMP/thp-$_d.out"
+	expect_eq "defrag=$_d: exit status" "$TD_RC" 0
+}
+
+# defer: the faults wake kswapd for order 9 and, once it sleeps again with no large
+# block free, kswapd wakes kcompactd; 100 ms apart, so that faults keep coming after
+# kswapd has slept (lazyfree memory gives it something to reclaim).
+thp_run defer 60 -l 64 -s 100000
+expect_share KCOMPACTD 95
+expect_none $(others KCOMPACTD)
+# Let kcompactd finish what the last faults asked of it.
+sleep 3
+
+thp_run always 60
+expect_share DIRECT 95
+expect_none $(others DIRECT)
+
+echo never >$T/defrag
+td_start compact_zone
+echo 100 >$S/compaction_proactiveness
+sleep 2
+echo 0 >$S/compaction_proactiveness
+td_stop INT
+expect_share PROACTIVE 95
+expect_none $(others PROACTIVE)
+exit 0

@@ -1,0 +1,125 @@
+# The shrink_node profile: each kind of reclaim alone, with lazyfree memory (MADV_FREE)
+# as what there is to reclaim, since the guest has no swap and no disk. Most of the
+# guest's memory is first taken out as hugetlb pages, so that guest-wide pressure needs
+# little memory written. Each reason must have >= 95% of the calls in its window, and
+# the reasons of the other triggers none:
+#   PROACTIVE     a write to a cgroup's memory.reclaim
+#   MEMCG_LIMIT   a cgroup allocating past its memory.max
+#   MEMCG_HIGH    a cgroup allocating past its memory.high
+#   KSWAPD        a paced allocation into the gap between the low and min watermarks
+#                 (widened with vm.watermark_scale_factor)
+#   DIRECT        two threads allocating at full speed below the min watermark, with
+#                 kswapd0 at SCHED_IDLE (memhog -k) until after the window. The
+#                 allocator wakes kswapd before it reclaims itself, so KSWAPD has
+#                 calls too (4-12% in trial runs): DIRECT must have >= 80%, and
+#                 KSWAPD is not checked.
+# (Keeping kswapd off the CPU entirely, pinned under a SCHED_FIFO spinner, stalled
+# RCU on 6.1.)
+#   NODE_RECLAIM  the same allocation on one thread with vm.zone_reclaim_mode=7: node
+#                 reclaim in the allocator's fast path, and kswapd woken when that
+#                 leaves free memory below the low watermark, so again >= 80%
+#                 and KSWAPD not checked.
+. "$TD_LIB"
+need_cmd topdown memhog
+need_func shrink_node
+
+S=/proc/sys/vm
+CG=/sys/fs/cgroup
+[ -e $CG/cgroup.subtree_control ] || skip "no cgroup2"
+cleanup() {
+	[ -z "$HOG" ] || kill "$HOG" 2>/dev/null
+	wait 2>/dev/null
+	rmdir $CG/td 2>/dev/null
+	echo 0 >$S/nr_hugepages
+	echo 10 >$S/watermark_scale_factor
+	echo 0 >$S/zone_reclaim_mode
+}
+trap cleanup EXIT
+HOG=
+ALL="KSWAPD PROACTIVE MEMCG_HIGH MEMCG_LIMIT DIRECT NODE_RECLAIM"
+others() { echo " $ALL " | sed "s/ $1 / /"; }
+free_mb() { awk '$1 == "MemFree:" { print int($2 / 1024) }' /proc/meminfo; }
+
+# hog_start [CGROUP] MEMHOG ARGS...: memhog in the background (in CGROUP if not "-"),
+# waiting for $TD_TMP/go; returns once it is ready.
+hog_start() {
+	_cg=$1
+	shift
+	rm -f "$TD_TMP/go"
+	if [ "$_cg" = - ]; then
+		memhog "$@" -g "$TD_TMP/go" >"$TD_TMP/hog.out" 2>&1 &
+	else
+		sh -c 'echo $$ >"$0/cgroup.procs" && exec memhog "$@"' "$_cg" "$@" -g "$TD_TMP/go" \
+			>"$TD_TMP/hog.out" 2>&1 &
+	fi
+	HOG=$!
+	wait_line "$TD_TMP/hog.out" "memhog: ready"
+}
+
+# run REASON [PCT [UNCHECKED]]: topdown around the started memhog's work; REASON must
+# have PCT% (95) of the calls, the other reasons except UNCHECKED none.
+run() {
+	td_start shrink_node
+	: >"$TD_TMP/go"
+	wait_line "$TD_TMP/hog.out" "memhog: done"
+	td_stop INT
+	cat "$TD_TMP/hog.out"
+	expect_eq "$1: exit status" "$TD_RC" 0
+	expect_share "$1" "${2:-95}"
+	expect_none $(others "$1" | sed "s/ ${3:-none} / /")
+	kill "$HOG" 2>/dev/null
+	wait "$HOG" 2>/dev/null
+	HOG=
+}
+
+echo +memory >$CG/cgroup.subtree_control
+mkdir $CG/td || fail "mkdir $CG/td"
+
+# PROACTIVE: 32 MB lazyfree in the cgroup, 16 MB asked back through memory.reclaim.
+hog_start $CG/td -l 32 -w
+td_start shrink_node
+echo 16M >$CG/td/memory.reclaim || fail "memory.reclaim"
+td_stop INT
+expect_eq "PROACTIVE: exit status" "$TD_RC" 0
+expect_share PROACTIVE 95
+expect_none $(others PROACTIVE)
+kill "$HOG"
+wait "$HOG" 2>/dev/null
+
+# MEMCG_LIMIT: 48 MB lazyfree, then 48 MB more under memory.max=64M.
+echo 64M >$CG/td/memory.max
+hog_start $CG/td -l 48 -a 48
+run MEMCG_LIMIT
+echo max >$CG/td/memory.max
+
+# MEMCG_HIGH: the same under memory.high=64M.
+echo 64M >$CG/td/memory.high
+hog_start $CG/td -l 48 -a 48
+run MEMCG_HIGH
+echo max >$CG/td/memory.high
+
+# Guest-wide: leave ~400 MB to the page allocator.
+echo $((($(free_mb) - 400) / 2)) >$S/nr_hugepages
+F=$(free_mb)
+echo "hugetlb pages: $(cat $S/nr_hugepages), free: $F MB"
+grep -E "^Node|  (min|low|high) " /proc/zoneinfo | head -12
+
+# KSWAPD: watermarks 2% of memory apart; lazyfree 60% of the free memory, then 50% of
+# it allocated 1 MB at a time, 20 ms apart.
+echo 200 >$S/watermark_scale_factor
+hog_start - -l $((F * 6 / 10)) -a $((F / 2)) -s 20000
+run KSWAPD
+echo 10 >$S/watermark_scale_factor
+
+# DIRECT: the same at full speed on two threads, kswapd0 at SCHED_IDLE.
+hog_start - -l $((F * 6 / 10)) -a $((F / 2)) -T 2 -k -w
+run DIRECT 80 KSWAPD
+
+# NODE_RECLAIM: zone_reclaim_mode 7 (reclaim, write, unmap); node_reclaim needs more
+# unmapped file pages than min_unmapped_ratio: a 64 MB tmpfs file.
+dd if=/dev/zero of="$TD_TMP/file" bs=1M count=64 2>/dev/null
+echo 7 >$S/zone_reclaim_mode
+hog_start - -l $((F * 6 / 10 - 64)) -a $((F / 2 - 64)) -k -w
+run NODE_RECLAIM 80 KSWAPD
+echo 0 >$S/zone_reclaim_mode
+exit 0
