@@ -24,7 +24,7 @@ reasons. When one reason reaches --threshold percent of the calls of the last se
 50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.\n\n\
 `topdown pin FUNC` leaves tier 1 counting with no topdown process running; `topdown show`, \
 `topdown serve` (Prometheus) and `topdown FUNC` read it; `topdown unpin FUNC` removes it.",
-    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto\n  topdown pin deferred_split_folio && topdown show",
+    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto\n  topdown deferred_split_folio -d 30 --save before.json   (then, after a fix:)\n  topdown deferred_split_folio -d 30 --baseline before.json\n  topdown pin deferred_split_folio && topdown show",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -178,6 +178,18 @@ pub struct TraceArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Write the run's result (JSON) to FILE at exit, to compare a later run with (--baseline).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+
+    /// Compare with a result saved by --save: each reason before and now, and whether the fix is verified.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// With --baseline: how much (percent) the baseline's hot reason's rate must fall for a verified fix.
+    #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
+    pub verify_drop: f64,
+
     /// Check the cheap caller lookup against a full stack unwind on every call (slow).
     #[arg(long)]
     pub verify_caller: bool,
@@ -224,6 +236,22 @@ pub struct ShowArgs {
     /// Print NDJSON, one object per function.
     #[arg(long)]
     pub json: bool,
+
+    /// Write the function's counts since it was pinned as a result file (JSON) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+
+    /// Compare the function's counts since it was pinned with a result saved by --save.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// With --baseline: share (percent) the baseline's hot reason must now be below.
+    #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
+    pub threshold: f64,
+
+    /// With --baseline: how much (percent) the baseline's hot reason's rate must fall.
+    #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
+    pub verify_drop: f64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -290,6 +318,14 @@ fn percent(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=100.0).contains(&v) && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a percentage in (0, 100]")),
+    }
+}
+
+/// A fall in percent: 0 (none needed) to 100 (down to nothing).
+fn drop_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a percentage in [0, 100]")),
     }
 }
 
@@ -362,6 +398,8 @@ mod tests {
             &["topdown", "f", "--rules", "A=b", "--no-profile"],
             &["topdown", "f", "--max-reasons", "254"],
             &["topdown", "f", "--companion", "kprobe"],
+            &["topdown", "f", "--verify-drop", "-1"],
+            &["topdown", "show", "--verify-drop", "101"],
             &["topdown"],
             &["topdown", "unpin"],
             &["topdown", "unpin", "f", "--all"],

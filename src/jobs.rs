@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::bpf::abi::{Config, SLOT_NONE};
 use crate::bpf::attach::{self, Storage};
@@ -16,13 +16,87 @@ use crate::bpf::probe::{Companion, Probe};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::kallsyms::Kallsyms;
-use crate::plan::{Load, Pin, Target, Trace};
+use crate::plan::{Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::Mapper;
-use crate::report;
+use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
+use crate::report::saved::{self, Saved};
+use crate::report::{self, Summary};
 use crate::serve;
 use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
+
+/// How a job ended when it did not fail: the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Done (with --baseline: the fix is verified).
+    Done,
+    /// --baseline: the fix is not verified.
+    NotVerified,
+    /// --baseline: too few calls to tell.
+    Inconclusive,
+}
+
+impl Status {
+    /// The exit status, as topdown(8) documents it (1 and 2 are errors).
+    pub fn code(self) -> u8 {
+        match self {
+            Status::Done => 0,
+            Status::NotVerified => 3,
+            Status::Inconclusive => 4,
+        }
+    }
+
+    fn of(cmp: Option<&Comparison>) -> Status {
+        match cmp.map(|c| c.verdict.outcome) {
+            None | Some(Outcome::Verified) => Status::Done,
+            Some(Outcome::NotVerified) => Status::NotVerified,
+            Some(Outcome::Inconclusive) => Status::Inconclusive,
+        }
+    }
+}
+
+/// Warns, before counting starts, about a baseline from another kernel or
+/// profile.
+fn warn_baseline(baseline: Option<&Baseline>, info: &RunInfo) {
+    if let Some(b) = baseline {
+        for w in compare::setup_warnings(&b.saved, info) {
+            eprintln!("topdown: warning: baseline {}: {w}", b.file);
+        }
+    }
+}
+
+/// The files a run writes at exit, after its summary: the folded stacks
+/// and the result. One failing does not keep the other from being
+/// written; the last error is returned (an earlier one is printed).
+fn write_outputs(
+    sum: &Summary,
+    folded: Option<&Path>,
+    save: Option<&Path>,
+    top: usize,
+) -> Result<Status> {
+    let mut failed: Option<Error> = None;
+    if let Some(path) = folded {
+        let text = report::folded::folded(&sum.stacks, &sum.func);
+        if let Err(e) = saved::write_file(path, &text) {
+            failed = Some(Error::msg(format!(
+                "--folded {}: cannot write it: {e}",
+                path.display()
+            )));
+        }
+    }
+    if let Some(path) = save {
+        if let Err(e) = saved::save(path, &Saved::of_summary(sum, top)) {
+            if let Some(prev) = failed.replace(e) {
+                eprintln!("topdown: {prev}");
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(Status::of(sum.compare.as_ref())),
+    }
+}
 
 /// `--list-profiles`: name, traced function and description of each.
 pub fn list_profiles() -> Result<()> {
@@ -168,7 +242,7 @@ fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
 
 /// Counts calls of the target by reason, captures stacks, reports. A
 /// pinned function is read from its pins instead of being traced again.
-pub fn trace(t: Trace) -> Result<()> {
+pub fn trace(t: Trace) -> Result<Status> {
     host::check_privileges()?;
     if pin::is_pinned(&t.target.func) {
         return trace_pinned(t);
@@ -190,6 +264,11 @@ pub fn trace(t: Trace) -> Result<()> {
         extra,
         t.stack_on.as_deref(),
     )?;
+    let info = RunInfo {
+        kernel: pin::kernel_and_boot().0,
+        profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
+    };
+    warn_baseline(t.session.baseline.as_ref(), &info);
     eprintln!(
         "topdown: tracing {}",
         mode_line(
@@ -204,15 +283,17 @@ pub fn trace(t: Trace) -> Result<()> {
         func_addr: loaded.func_addr,
         stack_on,
         symbols: Symbols::new(loaded.vmlinux, t.session.verbose),
+        info,
     };
-    session::run(
+    let sum = session::run(
         loaded.probe,
         ctx,
         Trigger::new(t.trigger, stack_on),
         &t.session,
         &stop,
         &mut io::stdout().lock(),
-    )
+    )?;
+    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.
@@ -226,7 +307,7 @@ fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
 
 /// `topdown FUNC` on a pinned function: its counters, read from now on,
 /// with stack capture steered through its pins; it keeps counting after.
-fn trace_pinned(t: Trace) -> Result<()> {
+fn trace_pinned(t: Trace) -> Result<Status> {
     let func = t.target.func.as_str();
     if !t.load_options.is_empty() {
         return Err(Error::msg(format!(
@@ -248,6 +329,11 @@ fn trace_pinned(t: Trace) -> Result<()> {
     inst.probe.maps().capture(SLOT_NONE, &[])?;
     let stop = stop_on_signals()?;
     let meta = &inst.meta;
+    let info = RunInfo {
+        kernel: meta.kernel.clone(),
+        profile: meta.profile.clone(),
+    };
+    warn_baseline(t.session.baseline.as_ref(), &info);
     eprintln!(
         "topdown: reading pinned {} (since {})",
         mode_line(func, &meta.mode, meta.fallback.as_deref()),
@@ -259,15 +345,17 @@ fn trace_pinned(t: Trace) -> Result<()> {
         func_addr: meta.func_addr,
         stack_on,
         symbols: Symbols::new(meta.vmlinux.clone(), t.session.verbose),
+        info,
     };
-    session::run(
+    let sum = session::run(
         inst.probe,
         ctx,
         Trigger::new(t.trigger, stack_on),
         &t.session,
         &stop,
         &mut io::stdout().lock(),
-    )
+    )?;
+    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
 }
 
 /// `topdown pin FUNC`: attaches tier 1 and pins it.
@@ -364,10 +452,44 @@ fn snapshots(funcs: &[String]) -> Result<Vec<report::Pinned>> {
 }
 
 /// `topdown show [FUNC...]`: each pinned function's calls since it was
-/// pinned.
-pub fn show(funcs: &[String], json: bool) -> Result<()> {
+/// pinned; with --baseline compared with a saved result, with --save
+/// saved as one.
+pub fn show(s: &Show) -> Result<Status> {
     host::check_privileges()?;
-    let all = snapshots(funcs)?;
+    let json = s.json;
+    let one = s.save.is_some() || s.baseline.is_some();
+    if one && s.funcs.is_empty() {
+        // The one pinned function, if there is just one.
+        match pin::pinned()?.as_slice() {
+            [_] => {}
+            [] => return Err(Error::msg("nothing is pinned: nothing to save")),
+            _ => {
+                return Err(Error::msg(
+                    "several functions are pinned: name the one to save",
+                ))
+            }
+        }
+    }
+    let mut all = snapshots(&s.funcs)?;
+    if let (Some(p), Some(b)) = (all.first_mut(), &s.baseline) {
+        let info = RunInfo {
+            kernel: p.kernel.clone(),
+            profile: p.profile.clone(),
+        };
+        warn_baseline(Some(b), &info);
+        let named: Vec<String> = p
+            .calls
+            .rows
+            .iter()
+            .filter(|r| !r.special)
+            .map(|r| r.reason.clone())
+            .collect();
+        let now = Side {
+            calls: &p.calls,
+            named: &named,
+        };
+        p.compare = Some(compare::compare(b, now, &info));
+    }
     let mut out = io::stdout().lock();
     if all.is_empty() && !json {
         out.write_all(report::text::NOTHING_PINNED.as_bytes())?;
@@ -384,7 +506,12 @@ pub fn show(funcs: &[String], json: bool) -> Result<()> {
         };
         out.write_all(text.as_bytes())?;
     }
-    Ok(())
+    out.flush()?;
+    let status = Status::of(all.first().and_then(|p| p.compare.as_ref()));
+    match (&s.save, all.first()) {
+        (Some(path), Some(p)) => saved::save(path, &Saved::of_pinned(p)).map(|()| status),
+        _ => Ok(status),
+    }
 }
 
 /// `topdown unpin FUNC...` or `--all` (no FUNC).

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use topdown::cli::Cli;
-use topdown::jobs;
+use topdown::jobs::{self, Status};
 use topdown::plan::{Job, Plan};
 
 fn main() -> ExitCode {
@@ -20,17 +20,17 @@ fn main() -> ExitCode {
             libbpf_rs::set_print(None);
         }
         match plan.job {
-            Job::ListProfiles => jobs::list_profiles(),
-            Job::ListReasons(target) => jobs::list_reasons(&target),
+            Job::ListProfiles => jobs::list_profiles().map(done),
+            Job::ListReasons(target) => jobs::list_reasons(&target).map(done),
             Job::Trace(trace) => jobs::trace(*trace),
-            Job::Pin(pin) => jobs::pin(*pin),
-            Job::Show { funcs, json } => jobs::show(&funcs, json),
-            Job::Unpin { funcs } => jobs::unpin(&funcs),
-            Job::Serve { listen } => jobs::serve(listen),
+            Job::Pin(pin) => jobs::pin(*pin).map(done),
+            Job::Show(show) => jobs::show(&show),
+            Job::Unpin { funcs } => jobs::unpin(&funcs).map(done),
+            Job::Serve { listen } => jobs::serve(listen).map(done),
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => ExitCode::from(status.code()),
         // The reader went away (`topdown ... | head`): a normal end.
         Err(e) if e.errno() == Some(libc::EPIPE) => ExitCode::SUCCESS,
         Err(e) => {
@@ -38,6 +38,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn done(_: ()) -> Status {
+    Status::Done
 }
 
 /// Help and version go to stdout as clap renders them; a usage error

@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use crate::bpf::attach::Request;
 use crate::bpf::probe::{Companion, Mode};
-use crate::cli::{CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, TraceArgs};
+use crate::cli::{
+    CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
+};
 use crate::error::{Error, Result};
 use crate::profile::{self, Profile};
+use crate::report::compare::{Baseline, VerifyConfig};
+use crate::report::saved::{self, Saved};
 use crate::session::{self, TriggerConfig};
 
 /// What to do.
@@ -32,7 +36,7 @@ pub enum Job {
     /// Attach tier 1 and pin it.
     Pin(Box<Pin>),
     /// Print pinned functions' totals (all if none is named).
-    Show { funcs: Vec<String>, json: bool },
+    Show(Box<Show>),
     /// Remove pinned functions (all if none is named).
     Unpin { funcs: Vec<String> },
     /// Serve the pinned functions' counters.
@@ -54,6 +58,17 @@ pub struct Pin {
     pub(crate) target: Target,
     pub(crate) max_reasons: usize,
     pub(crate) load: Load,
+}
+
+/// `topdown show`.
+#[derive(Debug)]
+pub struct Show {
+    /// Empty: all, or with --save the one pinned function.
+    pub(crate) funcs: Vec<String>,
+    pub(crate) json: bool,
+    /// --save, checked writable.
+    pub(crate) save: Option<PathBuf>,
+    pub(crate) baseline: Option<Baseline>,
 }
 
 /// The traced function and how its callers are grouped into reasons.
@@ -82,6 +97,9 @@ pub struct Trace {
     pub(crate) load_options: Vec<&'static str>,
     pub(crate) trigger: TriggerConfig,
     pub(crate) session: session::Options,
+    /// --folded and --save, checked writable.
+    pub(crate) folded: Option<PathBuf>,
+    pub(crate) save: Option<PathBuf>,
 }
 
 impl Plan {
@@ -97,13 +115,7 @@ impl Plan {
                 })),
                 p.verbose,
             ),
-            Some(Command::Show(s)) => (
-                Job::Show {
-                    funcs: s.funcs.clone(),
-                    json: s.json,
-                },
-                false,
-            ),
+            Some(Command::Show(s)) => (Job::Show(Box::new(show(s)?)), false),
             Some(Command::Unpin(u)) => (
                 Job::Unpin {
                     funcs: u.funcs.clone(),
@@ -127,6 +139,55 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
         Job::Trace(Box::new(trace(&func, t)?))
     };
     Ok((job, t.verbose))
+}
+
+/// A --baseline file read and checked (for `func` if known), with what a
+/// verified fix must achieve.
+fn baseline(
+    path: Option<&PathBuf>,
+    func: Option<&str>,
+    verify: VerifyConfig,
+) -> Result<Option<Baseline>> {
+    path.map(|p| {
+        Ok(Baseline {
+            file: p.display().to_string(),
+            saved: Saved::load(p, func)?,
+            verify,
+        })
+    })
+    .transpose()
+}
+
+fn show(s: &ShowArgs) -> Result<Show> {
+    let one = s.save.is_some() || s.baseline.is_some();
+    if one && s.funcs.len() > 1 {
+        return Err(Error::msg(
+            "--save and --baseline take one pinned function: name one",
+        ));
+    }
+    let verify = VerifyConfig {
+        threshold: s.threshold,
+        drop: s.verify_drop,
+    };
+    let baseline = baseline(
+        s.baseline.as_ref(),
+        s.funcs.first().map(String::as_str),
+        verify,
+    )?;
+    if let Some(path) = &s.save {
+        saved::check_writable(path, "--save")?;
+    }
+    let mut funcs = s.funcs.clone();
+    if let (true, Some(b)) = (funcs.is_empty(), &baseline) {
+        // The baseline names the function.
+        funcs.push(b.saved.func.clone());
+    }
+    Ok(Show {
+        funcs,
+        json: s.json,
+        save: s.save.clone(),
+        baseline,
+    })
 }
 
 fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
@@ -187,6 +248,17 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
         CompanionKind::Fexit => Companion::Fexit,
         CompanionKind::Bare => Companion::Bare,
     });
+    let verify = VerifyConfig {
+        threshold: t.threshold,
+        drop: t.verify_drop,
+    };
+    // Files first: a bad one is refused before anything is loaded.
+    let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
+    for (path, option) in [(&t.save, "--save"), (&t.folded, "--folded")] {
+        if let Some(path) = path {
+            saved::check_writable(path, option)?;
+        }
+    }
     Ok(Trace {
         target: target(func, &t.profile)?,
         load: load(&t.mode, &t.capture, companion)?,
@@ -208,10 +280,12 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             quiet: t.quiet,
             verify_caller: t.verify_caller,
             top: t.top,
-            folded: t.folded.clone(),
+            baseline,
             max_rate: t.max_rate,
             verbose: t.verbose,
         },
+        folded: t.folded.clone(),
+        save: t.save.clone(),
     })
 }
 
@@ -296,12 +370,66 @@ mod tests {
         assert!(p.target.profile.is_some());
         assert!(matches!(
             job(&["topdown", "show", "a", "b", "--json"]),
-            Job::Show { funcs, json: true } if funcs == ["a", "b"]
+            Job::Show(s) if s.funcs == ["a", "b"] && s.json && s.save.is_none()
         ));
         assert!(
             matches!(job(&["topdown", "unpin", "--all"]), Job::Unpin { funcs } if funcs.is_empty())
         );
         assert!(matches!(job(&["topdown", "serve"]), Job::Serve { .. }));
+    }
+
+    #[test]
+    fn result_files_are_checked_before_anything_is_loaded() {
+        let dir = std::env::temp_dir().join(format!("topdown-plan-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str| dir.join(name).display().to_string();
+        let err = |args: &[&str]| plan(args).unwrap_err().to_string();
+        let missing = file("missing.json");
+        assert!(err(&["topdown", "vfs_read", "--baseline", &missing])
+            .starts_with(&format!("baseline {missing}: cannot read it: ")),);
+        let saved = crate::report::saved::tests::sample();
+        std::fs::write(file("dsf.json"), saved.to_json()).unwrap();
+        assert_eq!(
+            err(&["topdown", "vfs_read", "--baseline", &file("dsf.json")]),
+            format!(
+                "baseline {}: it is a result for function deferred_split_folio, not vfs_read",
+                file("dsf.json")
+            )
+        );
+        let t = trace_of(&[
+            "topdown",
+            "deferred_split_folio",
+            "--baseline",
+            &file("dsf.json"),
+            "--threshold",
+            "60",
+            "--verify-drop",
+            "30",
+            "--save",
+            &file("after.json"),
+        ]);
+        let b = t.session.baseline.unwrap();
+        assert_eq!(b.saved, saved);
+        assert_eq!((b.verify.threshold, b.verify.drop), (60.0, 30.0));
+        assert_eq!(t.save.unwrap().display().to_string(), file("after.json"));
+        let nowhere = file("no/such/dir/r.json");
+        assert!(err(&["topdown", "vfs_read", "--save", &nowhere])
+            .starts_with(&format!("--save {nowhere}: cannot write it: ")));
+        assert!(err(&["topdown", "vfs_read", "--folded", &nowhere])
+            .starts_with(&format!("--folded {nowhere}: cannot write it: ")));
+        // show: the baseline names the function; one function only.
+        let Job::Show(s) = plan(&["topdown", "show", "--baseline", &file("dsf.json")])
+            .unwrap()
+            .job
+        else {
+            panic!()
+        };
+        assert_eq!(s.funcs, ["deferred_split_folio"]);
+        assert_eq!(
+            err(&["topdown", "show", "a", "b", "--save", &file("x.json")]),
+            "--save and --baseline take one pinned function: name one"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use serde::{Serialize, Serializer};
 
+use crate::report::compare::{Change, Comparison};
 use crate::report::{
     CaptureSpan, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary, Verify,
 };
@@ -65,6 +66,117 @@ fn stacks(st: Option<&ReasonStacks>, top: usize) -> Vec<StackJson> {
         .collect()
 }
 
+/// A reason before (the baseline) and now; null where a side does not
+/// know the reason.
+#[derive(Serialize)]
+struct ChangeJson<'a> {
+    reason: &'a str,
+    count_before: Option<u64>,
+    rate_before: Option<Num>,
+    share_before: Option<Num>,
+    count: Option<u64>,
+    rate: Option<Num>,
+    share: Option<Num>,
+    rate_change: Option<Num>,
+    share_change: Num,
+}
+
+fn changes(rows: &[Change]) -> Vec<ChangeJson<'_>> {
+    rows.iter()
+        .map(|c| ChangeJson {
+            reason: &c.reason,
+            count_before: c.before.map(|f| f.count),
+            rate_before: c.before.map(|f| Num(f.rate)),
+            share_before: c.before.map(|f| Num(f.share)),
+            count: c.now.map(|f| f.count),
+            rate: c.now.map(|f| Num(f.rate)),
+            share: c.now.map(|f| Num(f.share)),
+            rate_change: c.rate_change().map(Num),
+            share_change: Num(c.share_change()),
+        })
+        .collect()
+}
+
+/// The baseline a run was compared with.
+#[derive(Serialize)]
+struct BaselineJson<'a> {
+    file: &'a str,
+    func: &'a str,
+    kernel: &'a str,
+    profile: Option<&'a str>,
+    mode: &'a str,
+    source: &'a str,
+    start: Num,
+    secs: Num,
+    total: u64,
+    rate: Num,
+    hot_reason: Option<&'a str>,
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct VerdictJson<'a> {
+    outcome: &'a str,
+    reason: Option<&'a str>,
+    share_before: Num,
+    share: Num,
+    threshold: Num,
+    rate_before: Num,
+    rate: Num,
+    drop: Num,
+    verify_drop: Num,
+    share_below_threshold: bool,
+    rate_dropped: bool,
+    message: &'a str,
+}
+
+/// The fields a comparison adds to a summary or a pinned instance:
+/// `compare`, `baseline`, `verdict` (all null without one).
+type CompareFields<'a> = (
+    Option<Vec<ChangeJson<'a>>>,
+    Option<BaselineJson<'a>>,
+    Option<VerdictJson<'a>>,
+);
+
+fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
+    let Some(c) = cmp else {
+        return (None, None, None);
+    };
+    let b = &c.baseline;
+    let v = &c.verdict;
+    (
+        Some(changes(&c.rows)),
+        Some(BaselineJson {
+            file: &c.file,
+            func: &b.func,
+            kernel: &b.kernel,
+            profile: b.profile.as_deref(),
+            mode: &b.mode,
+            source: &b.source,
+            start: Num(b.start),
+            secs: Num(b.secs),
+            total: b.total,
+            rate: Num(b.rate),
+            hot_reason: b.hot_reason.as_deref(),
+            warnings: &c.warnings,
+        }),
+        Some(VerdictJson {
+            outcome: v.outcome.phase().name(),
+            reason: v.reason.as_deref(),
+            share_before: Num(v.before.share),
+            share: Num(v.now.share),
+            threshold: Num(v.config.threshold),
+            rate_before: Num(v.before.rate),
+            rate: Num(v.now.rate),
+            drop: Num(v.drop),
+            verify_drop: Num(v.config.drop),
+            share_below_threshold: v.share_below,
+            rate_dropped: v.rate_dropped,
+            message: &v.why,
+        }),
+    )
+}
+
 #[derive(Serialize)]
 struct Interval<'a> {
     #[serde(rename = "type")]
@@ -78,6 +190,7 @@ struct Interval<'a> {
     stack_reason: Option<&'a str>,
     stacks_captured: u64,
     stacks: Vec<StackJson>,
+    compare: Option<Vec<ChangeJson<'a>>>,
 }
 
 /// One interval as a JSON line (no newline).
@@ -94,6 +207,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         stack_reason: st.map(|s| s.reason.as_str()),
         stacks_captured: st.map_or(0, |s| s.captured),
         stacks: stacks(st, top),
+        compare: iv.compare.as_deref().map(changes),
     })
 }
 
@@ -159,11 +273,18 @@ struct SummaryJson<'a> {
     verify: Option<Verify>,
     bpf: Cost,
     companion: Option<CompanionJson<'a>>,
+    start: Num,
+    kernel: &'a str,
+    profile: Option<&'a str>,
+    compare: Option<Vec<ChangeJson<'a>>>,
+    baseline: Option<BaselineJson<'a>>,
+    verdict: Option<VerdictJson<'a>>,
 }
 
 /// The final report as a JSON line (no newline).
 pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     let last = sum.stacks.last();
+    let (compare, baseline, verdict) = comparison(sum.compare.as_ref());
     to_line(&SummaryJson {
         kind: "summary",
         schema: SCHEMA,
@@ -197,6 +318,12 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             .companion
             .as_ref()
             .map(|(kind, c)| CompanionJson { kind, stats: *c }),
+        start: Num(sum.start),
+        kernel: &sum.kernel,
+        profile: sum.profile.as_deref(),
+        compare,
+        baseline,
+        verdict,
     })
 }
 
@@ -217,10 +344,14 @@ struct PinnedJson<'a> {
     reasons: Vec<Row<'a>>,
     hot_reason: Option<&'a str>,
     drops: Drops,
+    compare: Option<Vec<ChangeJson<'a>>>,
+    baseline: Option<BaselineJson<'a>>,
+    verdict: Option<VerdictJson<'a>>,
 }
 
 /// A pinned instance's totals as a JSON line (no newline).
 pub(crate) fn pinned(p: &Pinned) -> String {
+    let (compare, baseline, verdict) = comparison(p.compare.as_ref());
     to_line(&PinnedJson {
         kind: "pinned",
         schema: SCHEMA,
@@ -236,6 +367,9 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         reasons: rows(&p.calls),
         hot_reason: p.hot().map(|r| r.reason.as_str()),
         drops: p.drops,
+        compare,
+        baseline,
+        verdict,
     })
 }
 
@@ -265,18 +399,49 @@ mod tests {
             clock: "x".into(),
             calls: sample_calls(),
             stacks: None,
+            compare: None,
         };
         assert_eq!(
             interval(&iv, 5),
-            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[]}"
+            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null}"
         );
         let iv = IntervalReport {
             stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
             ..iv
         };
         assert!(interval(&iv, 5).ends_with(
-            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"]}]}"
+            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"]}],\"compare\":null}"
         ));
+    }
+
+    #[test]
+    fn a_comparison_adds_its_rows_the_baseline_and_the_verdict() {
+        let sum = crate::report::text::tests::compared_summary();
+        let j = summary(&sum, 5);
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["phase"], "fix verified");
+        assert!(j.contains("\"compare\":[{\"reason\":\"ZAP\",\"count_before\":200,\"rate_before\":20,\"share_before\":80,\"count\":0,\"rate\":0,\"share\":0,\"rate_change\":0,\"share_change\":-80},"), "{j}");
+        assert_eq!(v["compare"][1]["rate_change"], 1.2);
+        assert_eq!(v["baseline"]["file"], "before.json");
+        assert_eq!(v["baseline"]["hot_reason"], "ZAP");
+        assert_eq!(v["baseline"]["warnings"], serde_json::json!([]));
+        let verdict = &v["verdict"];
+        assert_eq!(verdict["outcome"], "fix verified");
+        assert_eq!(verdict["reason"], "ZAP");
+        assert_eq!(
+            (verdict["share_before"].as_f64(), verdict["share"].as_f64()),
+            (Some(80.0), Some(0.0))
+        );
+        assert_eq!(
+            (verdict["drop"].as_f64(), verdict["verify_drop"].as_f64()),
+            (Some(100.0), Some(50.0))
+        );
+        assert_eq!(verdict["share_below_threshold"], true);
+        assert_eq!(verdict["rate_dropped"], true);
+        assert!(verdict["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("ZAP (the baseline's hot reason): "));
     }
 
     #[test]
@@ -302,7 +467,12 @@ mod tests {
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 21, "{keys:?}");
+        assert_eq!(keys.len(), 27, "{keys:?}");
+        assert_eq!(v["kernel"], "6.12.0");
+        assert_eq!(v["start"], 1_700_000_000);
+        for k in ["profile", "compare", "baseline", "verdict"] {
+            assert_eq!(v[k], serde_json::Value::Null, "{k}");
+        }
         assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);
         assert_eq!(v["captures"][1]["first_stack_ns"], serde_json::Value::Null);
         assert_eq!(v["captures"][1]["calls"], 30);

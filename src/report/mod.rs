@@ -1,11 +1,16 @@
 //! What topdown reports, as plain data with reason names resolved, and its
 //! renderings: aligned text tables (`text`), NDJSON (`json`) and folded
-//! stacks for flame graph tools (`folded`).
+//! stacks for flame graph tools (`folded`); and a run's result saved as a
+//! file (`saved`) to compare a later run with (`compare`).
 
+pub(crate) mod compare;
 pub(crate) mod folded;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
+pub(crate) mod saved;
 pub(crate) mod text;
+
+use compare::{Change, Comparison};
 
 /// One reason's figures over an interval or the whole run.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,12 +86,16 @@ pub(crate) struct IntervalReport {
     /// The reason whose stacks are being captured, and the interval's
     /// stacks of it.
     pub(crate) stacks: Option<ReasonStacks>,
+    /// With --baseline: the interval's reasons against the baseline's.
+    pub(crate) compare: Option<Vec<Change>>,
 }
 
 /// Drops and misses: calls not counted under their true reason, or stacks
 /// not captured. Always reported, zeros included, so "none" is visible.
-/// (Field order is report order.)
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+/// (Field order is report order. Read back from result files, where a
+/// field added later may be missing.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub(crate) struct Drops {
     /// Calls whose caller's return address was not found.
     pub(crate) caller_not_found: u64,
@@ -136,11 +145,15 @@ pub(crate) struct Cost {
     pub(crate) recursion_misses: u64,
 }
 
-/// How far the run got.
+/// How far the run got: counting, stack capture, and with --baseline the
+/// verdict on the fix instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
     Counting,
     StackCapture,
+    FixVerified,
+    NotVerified,
+    Inconclusive,
 }
 
 impl Phase {
@@ -148,6 +161,9 @@ impl Phase {
         match self {
             Phase::Counting => "counting",
             Phase::StackCapture => "stack capture",
+            Phase::FixVerified => "fix verified",
+            Phase::NotVerified => "not verified",
+            Phase::Inconclusive => "inconclusive",
         }
     }
 }
@@ -174,7 +190,16 @@ pub(crate) struct Summary {
     pub(crate) func: String,
     pub(crate) mode: &'static str,
     pub(crate) phase: Phase,
+    /// The kernel release, and where the profile came from (None: one
+    /// reason per caller).
+    pub(crate) kernel: String,
+    pub(crate) profile: Option<String>,
+    /// When counting started, in Unix seconds.
+    pub(crate) start: f64,
     pub(crate) calls: Distribution,
+    /// Every reason named by the end, with calls or not, special slots
+    /// aside.
+    pub(crate) named: Vec<String>,
     /// Callers merged into OTHER past --max-reasons.
     pub(crate) other_merges: Vec<String>,
     pub(crate) drops: Drops,
@@ -192,6 +217,8 @@ pub(crate) struct Summary {
     pub(crate) cost: Cost,
     /// An empty companion program's, named by its kind.
     pub(crate) companion: Option<(&'static str, Cost)>,
+    /// With --baseline: the run against the baseline, and the verdict.
+    pub(crate) compare: Option<Comparison>,
 }
 
 impl Summary {
@@ -216,6 +243,8 @@ pub(crate) struct Pinned {
     /// Every reason named so far, calls or not, largest first.
     pub(crate) calls: Distribution,
     pub(crate) drops: Drops,
+    /// With --baseline: the counts against the baseline, and the verdict.
+    pub(crate) compare: Option<Comparison>,
 }
 
 impl Pinned {

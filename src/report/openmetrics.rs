@@ -124,6 +124,7 @@ mod tests {
                 caller_not_found: 1,
                 ..Drops::default()
             },
+            compare: None,
         }
     }
 

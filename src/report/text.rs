@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::report::compare::{Change, Comparison, Fig};
 use crate::report::{
     calls, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary,
 };
@@ -39,13 +40,109 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         d.secs,
         d.rate
     );
-    if !d.rows.is_empty() {
-        table(&mut s, d, "COUNT");
+    match &iv.compare {
+        Some(rows) if !rows.is_empty() => interval_changes(&mut s, rows),
+        _ if !d.rows.is_empty() => table(&mut s, d, "COUNT"),
+        _ => {}
     }
     if let Some(st) = iv.stacks.as_ref().filter(|st| st.captured > 0) {
         s.push_str(&stacks(st, top));
     }
     s
+}
+
+fn rate_cell(f: Option<Fig>) -> String {
+    f.map_or("-".into(), |f| format!("{:.1}", f.rate))
+}
+
+fn share_cell(f: Option<Fig>) -> String {
+    f.map_or("-".into(), |f| format!("{:.1}%", f.share))
+}
+
+/// The rate now as a multiple of the rate before: "new" for a reason
+/// without calls before.
+fn times_cell(c: &Change) -> String {
+    match c.rate_change() {
+        Some(x) => format!("{x:.2}x"),
+        None if c.now.is_some_and(|f| f.count > 0) => "new".into(),
+        None => "-".into(),
+    }
+}
+
+fn pp_cell(c: &Change) -> String {
+    format!("{:+.1}pp", c.share_change())
+}
+
+fn reason_width(rows: &[Change]) -> usize {
+    rows.iter()
+        .map(|r| r.reason.len())
+        .max()
+        .unwrap_or(0)
+        .max("REASON".len())
+}
+
+/// An interval's table against the baseline: the interval's calls, rate and
+/// share of each reason, then the baseline's rate and share and the change.
+fn interval_changes(out: &mut String, rows: &[Change]) {
+    let w = reason_width(rows);
+    let _ = writeln!(
+        out,
+        "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
+        "REASON", "COUNT", "RATE/s", "SHARE", "BEFORE/s", "CHANGE", "BEFORE%", "CHANGE"
+    );
+    for c in rows {
+        let count = c.now.map_or("-".into(), |f| f.count.to_string());
+        let _ = writeln!(
+            out,
+            "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
+            c.reason,
+            count,
+            rate_cell(c.now),
+            share_cell(c.now),
+            rate_cell(c.before),
+            times_cell(c),
+            share_cell(c.before),
+            pp_cell(c)
+        );
+    }
+}
+
+/// The summary's before/after table, its warnings and the verdict.
+fn before_after(s: &mut String, cmp: &Comparison) {
+    let b = &cmp.baseline;
+    let _ = writeln!(
+        s,
+        "  before/after, baseline {} ({}, {} in {:.1}s, {:.1}/s):",
+        cmp.file,
+        clock_at(b.start),
+        calls(b.total),
+        b.secs,
+        b.rate
+    );
+    let w = reason_width(&cmp.rows);
+    let _ = writeln!(
+        s,
+        "    {:<w$} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9}",
+        "REASON", "BEFORE/s", "NOW/s", "CHANGE", "BEFORE%", "NOW%", "CHANGE"
+    );
+    for c in &cmp.rows {
+        let _ = writeln!(
+            s,
+            "    {:<w$} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9}",
+            c.reason,
+            rate_cell(c.before),
+            rate_cell(c.now),
+            times_cell(c),
+            share_cell(c.before),
+            share_cell(c.now),
+            pp_cell(c)
+        );
+    }
+    for w in &cmp.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    let v = &cmp.verdict;
+    let _ = writeln!(s, "  {}: {}", v.outcome.phase().name(), v.why);
 }
 
 /// A reason's top stacks as an indented list, caller first, each with its
@@ -93,6 +190,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     }
     for st in &sum.stacks {
         s.push_str(&stacks(st, top));
+    }
+    if let Some(cmp) = &sum.compare {
+        before_after(&mut s, cmp);
     }
     drops_line(&mut s, &sum.drops);
     if let Some(v) = sum.verify {
@@ -188,6 +288,9 @@ pub(crate) fn pinned(p: &Pinned) -> String {
     }
     if let Some(hot) = p.hot() {
         let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
+    }
+    if let Some(cmp) = &p.compare {
+        before_after(&mut s, cmp);
     }
     drops_line(&mut s, &p.drops);
     s
@@ -285,7 +388,14 @@ pub(crate) mod tests {
             func: "f".into(),
             mode: "fentry",
             phase: Phase::StackCapture,
+            kernel: "6.12.0".into(),
+            profile: None,
+            start: 1_700_000_000.0,
             calls: sample_calls(),
+            named: vec![
+                "do_huge_pmd_anonymous_page".into(),
+                "folio_remove_rmap_ptes".into(),
+            ],
             other_merges: vec![],
             drops: Drops {
                 stacks_rate_capped: 7,
@@ -320,6 +430,7 @@ pub(crate) mod tests {
             verify: None,
             cost: Cost::default(),
             companion: None,
+            compare: None,
         }
     }
 
@@ -329,6 +440,7 @@ pub(crate) mod tests {
             clock: "12:00:00".into(),
             calls,
             stacks: None,
+            compare: None,
         }
     }
 
@@ -427,6 +539,7 @@ pub(crate) mod tests {
                 ..sample_calls()
             },
             drops: Drops::default(),
+            compare: None,
         };
         let t = pinned(&p);
         assert!(
@@ -441,6 +554,81 @@ pub(crate) mod tests {
         assert!(t.ends_with("own calls=0\n"), "{t}");
         assert_eq!(age(0.4), "0s");
         assert_eq!(age(90061.0), "1d 1h 1m 1s");
+    }
+
+    /// The sample summary compared with a baseline where ZAP was hot.
+    pub(crate) fn compared_summary() -> Summary {
+        use crate::report::compare::{compare, Baseline, RunInfo, Side, VerifyConfig};
+        let mut sum = sample_summary();
+        sum.profile = Some("built-in profile deferred_split_folio".into());
+        sum.calls = Distribution {
+            secs: 10.0,
+            total: 60,
+            rate: 6.0,
+            rows: vec![row("FAULT_ALLOC", 60, 6.0, 100.0)],
+        };
+        sum.named = vec!["FAULT_ALLOC".into(), "ZAP".into()];
+        let b = Baseline {
+            file: "before.json".into(),
+            saved: crate::report::saved::tests::sample(),
+            verify: VerifyConfig {
+                threshold: 80.0,
+                drop: 50.0,
+            },
+        };
+        let info = RunInfo {
+            kernel: "6.12.0".into(),
+            profile: sum.profile.clone(),
+        };
+        let now = Side {
+            calls: &sum.calls,
+            named: &sum.named,
+        };
+        let cmp = compare(&b, now, &info);
+        sum.phase = cmp.verdict.outcome.phase();
+        sum.compare = Some(cmp);
+        sum
+    }
+
+    #[test]
+    fn the_summary_ends_with_the_before_after_table_and_the_verdict() {
+        let t = summary(&compared_summary(), 5);
+        assert!(t.starts_with("Summary: 60 calls of f in 10.0s (6.0/s), mode fentry, phase reached: fix verified\n"), "{t}");
+        let at = |s: &str| t.find(s).unwrap_or_else(|| panic!("no {s:?} in {t}"));
+        // The seed's order: distribution, hot reason, stacks, before/after.
+        assert!(at("  hot reason: FAULT_ALLOC") < at("  top stacks of"));
+        assert!(at("  top stacks of do_huge") < at("  before/after, baseline before.json ("));
+        assert!(at("  before/after") < at("  drops:"));
+        assert!(t.contains(", 250 calls in 10.0s, 25.0/s):\n    REASON        BEFORE/s      NOW/s   CHANGE  BEFORE%     NOW%    CHANGE\n    ZAP               20.0        0.0    0.00x    80.0%     0.0%   -80.0pp\n    FAULT_ALLOC        5.0        6.0    1.20x    20.0%   100.0%   +80.0pp\n"), "{t}");
+        assert!(t.contains("\n  fix verified: ZAP (the baseline's hot reason): share 0.0% (was 80.0%), below the 80% threshold; rate fell 100.0%, from 20.0/s to 0.0/s (a fall of 50% needed)\n"), "{t}");
+        assert!(!t.contains("warning:"), "{t}");
+    }
+
+    #[test]
+    fn an_interval_against_the_baseline_shows_both_and_the_change() {
+        use crate::report::compare::{Change, Fig};
+        let fig = |count, rate, share| Some(Fig { count, rate, share });
+        let mut iv = report(sample_calls());
+        iv.compare = Some(vec![
+            Change {
+                reason: "ZAP".into(),
+                before: fig(200, 20.0, 80.0),
+                now: fig(0, 0.0, 0.0),
+            },
+            Change {
+                reason: "new".into(),
+                before: None,
+                now: fig(3, 3.0, 100.0),
+            },
+        ]);
+        let t = interval(&iv, 5);
+        assert_eq!(
+            t,
+            "12:00:00  40 calls in 2.00s, 20.0/s\n  \
+             REASON        COUNT       RATE/s   SHARE   BEFORE/s   CHANGE  BEFORE%    CHANGE\n  \
+             ZAP               0          0.0    0.0%       20.0    0.00x    80.0%   -80.0pp\n  \
+             new               3          3.0  100.0%          -      new        -  +100.0pp\n"
+        );
     }
 
     #[test]

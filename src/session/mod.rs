@@ -11,17 +11,17 @@ mod state;
 mod trigger;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Probe, ProgStats};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
-use crate::report::{self, Pinned, ReasonRow, Stack};
+use crate::report::compare::{self, Baseline, RunInfo, Side};
+use crate::report::{self, Pinned, ReasonRow, Stack, Summary};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
@@ -40,7 +40,8 @@ pub(crate) struct Options {
     pub(crate) quiet: bool,
     pub(crate) verify_caller: bool,
     pub(crate) top: usize,
-    pub(crate) folded: Option<PathBuf>,
+    /// Compare every interval and the summary with this.
+    pub(crate) baseline: Option<Baseline>,
     /// Most stacks captured per second, over all CPUs.
     pub(crate) max_rate: u64,
     /// Say why symbolization failed.
@@ -137,6 +138,8 @@ pub(crate) struct Context<'a> {
     /// Reason slot chosen with --stack-on.
     pub(crate) stack_on: Option<u32>,
     pub(crate) symbols: Symbols,
+    /// The kernel and profile, for the summary and the comparison.
+    pub(crate) info: RunInfo,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
@@ -150,8 +153,13 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Every reason named so far, special slots aside.
+fn named(mapper: &Mapper) -> Vec<String> {
+    mapper.reasons.reason_names().map(String::from).collect()
+}
+
 /// Runs until `stop` is set or the duration passes, then prints the
-/// summary. Returns after detaching.
+/// summary and returns it, after detaching.
 pub(crate) fn run(
     mut probe: Probe<'_>,
     ctx: Context<'_>,
@@ -159,14 +167,16 @@ pub(crate) fn run(
     opts: &Options,
     stop: &AtomicBool,
     out: &mut dyn Write,
-) -> Result<()> {
+) -> Result<Summary> {
     let Context {
         ksyms,
         mapper,
         func_addr,
         stack_on,
         symbols,
+        info,
     } = ctx;
+    let before = opts.baseline.as_ref().map(|b| b.saved.calls());
     let mut poller = Poller::default();
     // What the counters held at the start: a pinned instance has counted
     // before, and the run reports what happened since. An object loaded
@@ -194,6 +204,7 @@ pub(crate) fn run(
         func_addr,
     };
     let start = Instant::now();
+    let start_unix = unix_now();
     let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
     if let Some(slot) = stack_on {
         // The budget first: a call between the two would find none.
@@ -256,13 +267,26 @@ pub(crate) fn run(
         }
         let ended = end.is_some_and(|e| now >= e);
         if now >= next_print || ended {
-            let report = state.interval(
+            let mut report = state.interval(
                 cur,
                 (now - last).as_secs_f64(),
                 &mapper.reasons,
                 unix_now(),
                 report::text::clock(),
             );
+            if let (Some(b), Some(before)) = (&opts.baseline, &before) {
+                let named = named(mapper);
+                report.compare = Some(compare::changes(
+                    Side {
+                        calls: before,
+                        named: &b.saved.reason_names,
+                    },
+                    Side {
+                        calls: &report.calls,
+                        named: &named,
+                    },
+                ));
+            }
             if !opts.quiet {
                 let text = if opts.json {
                     report::json::interval(&report, opts.top) + "\n"
@@ -289,29 +313,37 @@ pub(crate) fn run(
     let stats = probe.maps().stats()?.since(&base_stats);
     stacks.drain(ksyms, &mut state)?;
     let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
-    let summary = state.finish(
+    let mut summary = state.finish(
         &End {
             func: probe.func(),
             mode: probe.mode().name(),
             totals: &totals,
+            start: start_unix,
             secs: start.elapsed().as_secs_f64(),
             stats,
             prog,
             companion: companion.map(|(kind, c)| (kind.name(), c)),
             verify_caller: opts.verify_caller,
+            info: &info,
         },
         &mapper.reasons,
     );
-    if let Some(path) = &opts.folded {
-        std::fs::write(path, report::folded::folded(&summary.stacks, probe.func()))
-            .map_err(|e| Error::msg(format!("cannot write {}: {e}", path.display())))?;
+    if let Some(b) = &opts.baseline {
+        let now = Side {
+            calls: &summary.calls,
+            named: &summary.named,
+        };
+        let cmp = compare::compare(b, now, &info);
+        summary.phase = cmp.verdict.outcome.phase();
+        summary.compare = Some(cmp);
     }
     let text = if opts.json {
         report::json::summary(&summary, opts.top) + "\n"
     } else {
         report::text::summary(&summary, opts.top)
     };
-    emit(out, &text)
+    emit(out, &text)?;
+    Ok(summary)
 }
 
 /// A pinned instance's counts since it was pinned. Call sites first seen
@@ -350,6 +382,7 @@ pub(crate) fn snapshot(
         pinned_at: meta.pinned_at,
         calls,
         drops: state::drops(slot(SLOT_NOT_FOUND), slot(SLOT_SITES_FULL), &stats, &prog),
+        compare: None,
     })
 }
 

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use crate::bpf::abi::{StackStat, Stat, Stats, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
+use crate::report::compare::RunInfo;
 use crate::report::{
     CaptureSpan, Cost, Drops, IntervalReport, Phase, ReasonStacks, Stack, Summary, Verify,
 };
@@ -22,11 +23,14 @@ pub(crate) struct End<'a> {
     pub(crate) mode: &'static str,
     /// Cumulative per-slot totals.
     pub(crate) totals: &'a [u64],
+    /// When counting started (Unix seconds), and for how long it went on.
+    pub(crate) start: f64,
     pub(crate) secs: f64,
     pub(crate) stats: Stats,
     pub(crate) prog: ProgStats,
     pub(crate) companion: Option<(&'static str, ProgStats)>,
     pub(crate) verify_caller: bool,
+    pub(crate) info: &'a RunInfo,
 }
 
 /// A stretch of capture of one reason.
@@ -167,6 +171,7 @@ impl State {
             clock,
             calls: iv.named(reasons),
             stacks,
+            compare: None,
         }
     }
 
@@ -223,7 +228,11 @@ impl State {
             } else {
                 Phase::Counting
             },
+            kernel: end.info.kernel.clone(),
+            profile: end.info.profile.clone(),
+            start: end.start,
             calls: run.named(reasons),
+            named: reasons.reason_names().map(String::from).collect(),
             other_merges: reasons.merged().iter().cloned().collect(),
             drops: drops(since(SLOT_NOT_FOUND), since(SLOT_SITES_FULL), st, &end.prog),
             stacks,
@@ -237,6 +246,7 @@ impl State {
             }),
             cost: cost(end.prog),
             companion: end.companion.map(|(k, p)| (k, cost(p))),
+            compare: None,
         }
     }
 }
@@ -283,11 +293,17 @@ mod tests {
     }
 
     fn end<'a>(t: &'a [u64], stats: Stats) -> End<'a> {
+        static INFO: RunInfo = RunInfo {
+            kernel: String::new(),
+            profile: None,
+        };
         End {
             func: "deferred_split_folio",
             mode: "fentry",
             totals: t,
+            start: 0.0,
             secs: 3.0,
+            info: &INFO,
             stats,
             prog: ProgStats {
                 recursion_misses: 2,

@@ -1,0 +1,617 @@
+//! Before and after a fix: a run's reasons against those of a saved
+//! baseline (`--baseline`), and the verdict on the baseline's hot reason.
+//! Pure functions over plain data; the renderers show the result and
+//! `jobs` turns the verdict into the exit status.
+
+use crate::report::saved::Saved;
+use crate::report::{Distribution, Phase};
+
+/// Calls of the baseline's hot reason needed to say anything: in the
+/// baseline, and in this run had the reason kept its old rate. (Were the
+/// rate unchanged, a count of 20 would look halved by chance about once in
+/// a hundred runs.)
+pub(crate) const MIN_CALLS: u64 = 20;
+
+/// What a fix must achieve: the baseline's hot reason's share now below
+/// `threshold` percent, and its rate down by at least `drop` percent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct VerifyConfig {
+    pub(crate) threshold: f64,
+    pub(crate) drop: f64,
+}
+
+/// A saved baseline to compare with.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Baseline {
+    /// The file, as named on the command line.
+    pub(crate) file: String,
+    pub(crate) saved: Saved,
+    pub(crate) verify: VerifyConfig,
+}
+
+/// What a run is, beside its counts: for warnings about a baseline taken
+/// elsewhere.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct RunInfo {
+    pub(crate) kernel: String,
+    /// Where the profile came from; None: one reason per caller.
+    pub(crate) profile: Option<String>,
+}
+
+/// One reason's calls on one side.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Fig {
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
+    /// Percent of that side's calls.
+    pub(crate) share: f64,
+}
+
+/// A reason before and now.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Change {
+    pub(crate) reason: String,
+    /// None: that side does not know the reason at all (another profile,
+    /// or a caller it never saw); a known reason without calls is zeros.
+    pub(crate) before: Option<Fig>,
+    pub(crate) now: Option<Fig>,
+}
+
+impl Change {
+    /// Percentage points the share moved; a side without the reason
+    /// counts as 0%.
+    pub(crate) fn share_change(&self) -> f64 {
+        self.now.unwrap_or_default().share - self.before.unwrap_or_default().share
+    }
+
+    /// The rate now as a multiple of the rate before; None when there was
+    /// none before.
+    pub(crate) fn rate_change(&self) -> Option<f64> {
+        let before = self.before.unwrap_or_default().rate;
+        (before > 0.0).then(|| self.now.unwrap_or_default().rate / before)
+    }
+}
+
+/// A side's calls, with the reasons it knows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Side<'a> {
+    pub(crate) calls: &'a Distribution,
+    /// Every reason named, with calls or not (special slots aside).
+    pub(crate) named: &'a [String],
+}
+
+impl Side<'_> {
+    fn fig(&self, reason: &str) -> Option<Fig> {
+        match self.calls.rows.iter().find(|r| r.reason == reason) {
+            Some(r) => Some(Fig {
+                count: r.count,
+                rate: r.rate,
+                share: r.share,
+            }),
+            None => self.named.iter().any(|n| n == reason).then(Fig::default),
+        }
+    }
+}
+
+/// Every reason with calls on either side: the baseline's in its order
+/// (most calls first), then those only this run has calls of, most first.
+pub(crate) fn changes(before: Side<'_>, now: Side<'_>) -> Vec<Change> {
+    let mut names: Vec<&str> = before
+        .calls
+        .rows
+        .iter()
+        .filter(|r| r.count > 0)
+        .map(|r| r.reason.as_str())
+        .collect();
+    // Rows are most calls first already.
+    let only_now: Vec<_> = now
+        .calls
+        .rows
+        .iter()
+        .filter(|r| r.count > 0 && !names.contains(&r.reason.as_str()))
+        .collect();
+    names.extend(only_now.iter().map(|r| r.reason.as_str()));
+    names
+        .into_iter()
+        .map(|name| Change {
+            reason: name.to_string(),
+            before: before.fig(name),
+            now: now.fig(name),
+        })
+        .collect()
+}
+
+/// How a comparison ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Verified,
+    NotVerified,
+    /// Too few calls to say either.
+    Inconclusive,
+}
+
+impl Outcome {
+    pub(crate) fn phase(self) -> Phase {
+        match self {
+            Outcome::Verified => Phase::FixVerified,
+            Outcome::NotVerified => Phase::NotVerified,
+            Outcome::Inconclusive => Phase::Inconclusive,
+        }
+    }
+}
+
+/// The verdict on the baseline's hot reason.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Verdict {
+    pub(crate) outcome: Outcome,
+    /// The baseline's hot reason (None: the baseline has no calls), its
+    /// figures before and now.
+    pub(crate) reason: Option<String>,
+    pub(crate) before: Fig,
+    pub(crate) now: Fig,
+    /// The two conditions (both false when inconclusive).
+    pub(crate) share_below: bool,
+    pub(crate) rate_dropped: bool,
+    /// Percent the rate fell (negative: it rose).
+    pub(crate) drop: f64,
+    pub(crate) config: VerifyConfig,
+    /// What was found, one sentence without the outcome.
+    pub(crate) why: String,
+}
+
+/// The reason with most calls, special slots aside: the first in the
+/// table (as `Summary::hot` picks it).
+fn hot(d: &Distribution) -> Option<(&str, Fig)> {
+    d.rows.iter().find(|r| !r.special && r.count > 0).map(|r| {
+        (
+            r.reason.as_str(),
+            Fig {
+                count: r.count,
+                rate: r.rate,
+                share: r.share,
+            },
+        )
+    })
+}
+
+fn calls(n: f64) -> String {
+    crate::report::calls(n.round() as u64)
+}
+
+/// The verdict: fix verified when the baseline's hot reason's share is now
+/// below the threshold and its rate fell by at least `drop` percent; not
+/// verified otherwise; inconclusive when either side is too short to tell
+/// or this run cannot count the reason. `same_profile`: both sides grouped
+/// callers the same way, so that a reason this run does not know has had
+/// no calls.
+pub(crate) fn verdict(
+    before: &Distribution,
+    now: Side<'_>,
+    same_profile: bool,
+    cfg: VerifyConfig,
+) -> Verdict {
+    let mut v = Verdict {
+        outcome: Outcome::Inconclusive,
+        reason: None,
+        before: Fig::default(),
+        now: Fig::default(),
+        share_below: false,
+        rate_dropped: false,
+        drop: 0.0,
+        config: cfg,
+        why: String::new(),
+    };
+    let Some((name, b)) = hot(before) else {
+        v.why = "the baseline has no calls: nothing to compare with".into();
+        return v;
+    };
+    v.reason = Some(name.to_string());
+    v.before = b;
+    if b.count < MIN_CALLS {
+        v.why = format!(
+            "the baseline is too short: {} of {name}, its hot reason (at least {MIN_CALLS} needed to tell)",
+            crate::report::calls(b.count)
+        );
+        return v;
+    }
+    let n = match now.fig(name) {
+        Some(f) => f,
+        None if same_profile => Fig::default(),
+        None => {
+            v.why =
+                format!("{name}, the baseline's hot reason, is not a reason of this run's profile");
+            return v;
+        }
+    };
+    v.now = n;
+    let expected = b.rate * now.calls.secs;
+    if expected < MIN_CALLS as f64 {
+        v.why = format!(
+            "this run is too short: at the baseline's {:.1}/s, {name} would have made {} in {:.1}s (at least {MIN_CALLS} needed to tell)",
+            b.rate,
+            calls(expected),
+            now.calls.secs
+        );
+        return v;
+    }
+    v.drop = 100.0 * (1.0 - n.rate / b.rate);
+    v.share_below = n.share < cfg.threshold;
+    v.rate_dropped = v.drop >= cfg.drop;
+    v.outcome = if v.share_below && v.rate_dropped {
+        Outcome::Verified
+    } else {
+        Outcome::NotVerified
+    };
+    let share = format!(
+        "share {:.1}% (was {:.1}%), {} the {}% threshold",
+        n.share,
+        b.share,
+        if v.share_below { "below" } else { "not below" },
+        cfg.threshold
+    );
+    let fell = if v.rate_dropped {
+        format!("fell {:.1}%", v.drop)
+    } else if v.drop > 0.0 {
+        format!("fell only {:.1}%", v.drop)
+    } else if v.drop < 0.0 {
+        format!("rose {:.1}%", -v.drop)
+    } else {
+        "did not change".into()
+    };
+    v.why = format!(
+        "{name} (the baseline's hot reason): {share}; rate {fell}, from {:.1}/s to {:.1}/s (a fall of {}% needed)",
+        b.rate, n.rate, cfg.drop
+    );
+    v
+}
+
+/// A run compared with its baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Comparison {
+    /// The baseline file as named, and what it holds (its stacks left out).
+    pub(crate) file: String,
+    pub(crate) baseline: Saved,
+    pub(crate) rows: Vec<Change>,
+    pub(crate) verdict: Verdict,
+    /// Differences that make the comparison less meaningful.
+    pub(crate) warnings: Vec<String>,
+}
+
+fn profile_name(p: Option<&str>) -> &str {
+    p.unwrap_or("one reason per caller")
+}
+
+/// Warnings about a baseline taken on another kernel or with another
+/// profile: known before the run starts.
+pub(crate) fn setup_warnings(b: &Saved, info: &RunInfo) -> Vec<String> {
+    let mut w = Vec::new();
+    if b.kernel != info.kernel {
+        w.push(format!(
+            "the baseline is from kernel {}, this is {}",
+            b.kernel, info.kernel
+        ));
+    }
+    if b.profile != info.profile {
+        w.push(format!(
+            "the baseline used {}, this run {}: reasons may not correspond",
+            profile_name(b.profile.as_deref()),
+            profile_name(info.profile.as_deref())
+        ));
+    }
+    w
+}
+
+/// The run's calls (with the reasons it named) against the baseline.
+pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Comparison {
+    let before_calls = base.saved.calls();
+    let before = Side {
+        calls: &before_calls,
+        named: &base.saved.reason_names,
+    };
+    let rows = changes(before, now);
+    let mut warnings = setup_warnings(&base.saved, info);
+    let list = |f: &dyn Fn(&Change) -> bool| -> Vec<&str> {
+        rows.iter()
+            .filter(|c| f(c))
+            .map(|c| c.reason.as_str())
+            .collect()
+    };
+    let only_before = list(&|c| c.now.is_none());
+    let only_now = list(&|c| c.before.is_none());
+    if !only_before.is_empty() {
+        warnings.push(format!("only in the baseline: {}", only_before.join(", ")));
+    }
+    if !only_now.is_empty() {
+        warnings.push(format!("only in this run: {}", only_now.join(", ")));
+    }
+    let same_profile = base.saved.profile == info.profile;
+    let verdict = verdict(&before_calls, now, same_profile, base.verify);
+    Comparison {
+        file: base.file.clone(),
+        baseline: Saved {
+            stacks: Vec::new(),
+            ..base.saved.clone()
+        },
+        rows,
+        verdict,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::saved::tests::sample;
+    use crate::report::text::tests::row;
+
+    const CFG: VerifyConfig = VerifyConfig {
+        threshold: 80.0,
+        drop: 50.0,
+    };
+
+    fn dist(secs: f64, rows: &[(&str, u64)]) -> Distribution {
+        let total: u64 = rows.iter().map(|r| r.1).sum();
+        Distribution {
+            secs,
+            total,
+            rate: total as f64 / secs,
+            rows: rows
+                .iter()
+                .map(|&(n, c)| {
+                    let share = if total > 0 {
+                        100.0 * c as f64 / total as f64
+                    } else {
+                        0.0
+                    };
+                    row(n, c, c as f64 / secs, share)
+                })
+                .collect(),
+        }
+    }
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rows_cover_both_sides_in_the_baselines_order() {
+        let before = dist(10.0, &[("ZAP", 200), ("FAULT_ALLOC", 45), ("gone", 5)]);
+        let now = dist(10.0, &[("FAULT_ALLOC", 90), ("new_caller", 7)]);
+        let (bn, nn) = (
+            names(&["ZAP", "FAULT_ALLOC", "gone"]),
+            names(&["ZAP", "FAULT_ALLOC", "new_caller"]),
+        );
+        let c = changes(
+            Side {
+                calls: &before,
+                named: &bn,
+            },
+            Side {
+                calls: &now,
+                named: &nn,
+            },
+        );
+        let order: Vec<&str> = c.iter().map(|c| c.reason.as_str()).collect();
+        assert_eq!(order, ["ZAP", "FAULT_ALLOC", "gone", "new_caller"]);
+        // ZAP is known now, without calls: zeros, a 0x rate.
+        assert_eq!(c[0].now, Some(Fig::default()));
+        assert_eq!(c[0].rate_change(), Some(0.0));
+        assert_eq!(c[0].share_change(), -80.0);
+        assert_eq!(c[1].rate_change(), Some(2.0));
+        // Known on one side only.
+        assert_eq!((c[2].before.is_some(), c[2].now), (true, None));
+        assert_eq!((c[3].before, c[3].rate_change()), (None, None));
+        assert!((c[3].share_change() - 7.216).abs() < 0.001);
+    }
+
+    #[test]
+    fn verified_when_the_share_is_below_and_the_rate_halved() {
+        let before = dist(10.0, &[("ZAP", 200), ("FAULT_ALLOC", 50)]);
+        let n = names(&["ZAP", "FAULT_ALLOC"]);
+        let now = dist(10.0, &[("FAULT_ALLOC", 60)]);
+        let side = Side {
+            calls: &now,
+            named: &n,
+        };
+        let v = verdict(&before, side, true, CFG);
+        assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
+        assert_eq!(v.reason.as_deref(), Some("ZAP"));
+        assert_eq!((v.drop, v.share_below, v.rate_dropped), (100.0, true, true));
+        assert_eq!(
+            v.why,
+            "ZAP (the baseline's hot reason): share 0.0% (was 80.0%), below the 80% threshold; \
+             rate fell 100.0%, from 20.0/s to 0.0/s (a fall of 50% needed)"
+        );
+        // Exactly the required fall is enough; a share at the threshold is not below it.
+        let now = dist(10.0, &[("ZAP", 100), ("FAULT_ALLOC", 900)]);
+        let v = verdict(
+            &before,
+            Side {
+                calls: &now,
+                ..side
+            },
+            true,
+            CFG,
+        );
+        assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
+        let now = dist(10.0, &[("ZAP", 80), ("FAULT_ALLOC", 20)]);
+        let v = verdict(
+            &before,
+            Side {
+                calls: &now,
+                ..side
+            },
+            true,
+            CFG,
+        );
+        assert_eq!(v.outcome, Outcome::NotVerified);
+        assert!(!v.share_below && v.rate_dropped);
+        assert!(
+            v.why
+                .contains("share 80.0% (was 80.0%), not below the 80% threshold; rate fell 60.0%"),
+            "{}",
+            v.why
+        );
+    }
+
+    #[test]
+    fn not_verified_says_which_condition_failed() {
+        let before = dist(10.0, &[("ZAP", 200), ("FAULT_ALLOC", 50)]);
+        let n = names(&["ZAP", "FAULT_ALLOC"]);
+        let side = |d| Side {
+            calls: d,
+            named: &n,
+        };
+        // The same workload: neither condition.
+        let same = dist(10.0, &[("ZAP", 210), ("FAULT_ALLOC", 50)]);
+        let v = verdict(&before, side(&same), true, CFG);
+        assert_eq!(v.outcome, Outcome::NotVerified);
+        assert!(!v.share_below && !v.rate_dropped);
+        assert!(
+            v.why
+                .contains("not below the 80% threshold; rate rose 5.0%, from 20.0/s to 21.0/s"),
+            "{}",
+            v.why
+        );
+        // The share fell below the threshold but the rate only by a quarter:
+        // other reasons grew.
+        let diluted = dist(10.0, &[("ZAP", 150), ("FAULT_ALLOC", 150)]);
+        let v = verdict(&before, side(&diluted), true, CFG);
+        assert_eq!(v.outcome, Outcome::NotVerified);
+        assert!(v.share_below && !v.rate_dropped);
+        assert!(v.why.contains("rate fell only 25.0%"), "{}", v.why);
+        // A stricter --verify-drop.
+        let fewer = dist(10.0, &[("ZAP", 60), ("FAULT_ALLOC", 50)]);
+        let strict = VerifyConfig { drop: 90.0, ..CFG };
+        assert_eq!(
+            verdict(&before, side(&fewer), true, strict).outcome,
+            Outcome::NotVerified
+        );
+        assert_eq!(
+            verdict(&before, side(&fewer), true, CFG).outcome,
+            Outcome::Verified
+        );
+    }
+
+    #[test]
+    fn too_few_calls_are_inconclusive() {
+        let n = names(&["ZAP"]);
+        let now = dist(10.0, &[]);
+        let side = Side {
+            calls: &now,
+            named: &n,
+        };
+        let short = dist(1.0, &[("ZAP", 19)]);
+        let v = verdict(&short, side, true, CFG);
+        assert_eq!(v.outcome, Outcome::Inconclusive);
+        assert_eq!(
+            v.why,
+            "the baseline is too short: 19 calls of ZAP, its hot reason (at least 20 needed to tell)"
+        );
+        let v = verdict(&dist(1.0, &[]), side, true, CFG);
+        assert_eq!(v.outcome, Outcome::Inconclusive);
+        assert_eq!(v.reason, None);
+        // 20 calls in 10 s: 2/s, so this run needs 10 s to expect 20.
+        let slow = dist(10.0, &[("ZAP", 20)]);
+        let v = verdict(&slow, side, true, CFG);
+        assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
+        let brief = dist(5.0, &[]);
+        let v = verdict(
+            &slow,
+            Side {
+                calls: &brief,
+                ..side
+            },
+            true,
+            CFG,
+        );
+        assert_eq!(v.outcome, Outcome::Inconclusive);
+        assert!(v.why.starts_with("this run is too short: at the baseline's 2.0/s, ZAP would have made 10 calls in 5.0s"), "{}", v.why);
+    }
+
+    #[test]
+    fn zero_rates_and_special_slots() {
+        // No calls at all now: 0% share and a 100% fall.
+        let before = dist(10.0, &[("[caller not found]", 900), ("ZAP", 100)]);
+        let mut before_special = before.clone();
+        before_special.rows[0].special = true;
+        let empty = dist(10.0, &[]);
+        let v = verdict(
+            &before_special,
+            Side {
+                calls: &empty,
+                named: &[],
+            },
+            true,
+            CFG,
+        );
+        // The special slot is never the hot reason.
+        assert_eq!(v.reason.as_deref(), Some("ZAP"));
+        assert_eq!(
+            (v.outcome, v.now, v.drop),
+            (Outcome::Verified, Fig::default(), 100.0)
+        );
+        // A reason with no rate before has no rate change.
+        let c = Change {
+            reason: "x".into(),
+            before: Some(Fig::default()),
+            now: Some(Fig::default()),
+        };
+        assert_eq!((c.rate_change(), c.share_change()), (None, 0.0));
+    }
+
+    #[test]
+    fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
+        let mut base = sample();
+        base.kernel = "6.1.0".into();
+        let b = Baseline {
+            file: "before.json".into(),
+            saved: base,
+            verify: CFG,
+        };
+        let now = dist(10.0, &[("folio_remove_rmap_ptes", 200)]);
+        let n = names(&["folio_remove_rmap_ptes"]);
+        let info = RunInfo {
+            kernel: "6.12.0".into(),
+            profile: None,
+        };
+        let c = compare(
+            &b,
+            Side {
+                calls: &now,
+                named: &n,
+            },
+            &info,
+        );
+        assert_eq!(c.verdict.outcome, Outcome::Inconclusive);
+        assert_eq!(
+            c.verdict.why,
+            "ZAP, the baseline's hot reason, is not a reason of this run's profile"
+        );
+        assert_eq!(
+            c.warnings,
+            [
+                "the baseline is from kernel 6.1.0, this is 6.12.0",
+                "the baseline used built-in profile deferred_split_folio, this run one reason per caller: reasons may not correspond",
+                "only in the baseline: ZAP, FAULT_ALLOC",
+                "only in this run: folio_remove_rmap_ptes",
+            ]
+        );
+        assert!(c.baseline.stacks.is_empty());
+        // The same profile: the reason had no calls.
+        let info = RunInfo {
+            kernel: "6.1.0".into(),
+            profile: b.saved.profile.clone(),
+        };
+        let c = compare(
+            &b,
+            Side {
+                calls: &now,
+                named: &n,
+            },
+            &info,
+        );
+        assert_eq!(c.verdict.outcome, Outcome::Verified);
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    }
+}

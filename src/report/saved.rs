@@ -1,0 +1,460 @@
+//! A run's result as a file (`--save`), read back as the baseline of a
+//! later run (`--baseline`): JSON of the format "topdown-result",
+//! documented in topdown(8) (RESULT FILES). Within one version fields are
+//! only added, never removed or given another meaning; a reader takes its
+//! own version and older ones, and ignores fields it does not know.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
+use crate::report::{Distribution, Drops, Pinned, ReasonRow, Summary};
+
+/// The `format` of a result file, and the newest version this topdown
+/// reads and the one it writes.
+pub(crate) const FORMAT: &str = "topdown-result";
+pub(crate) const VERSION: u32 = 1;
+
+/// One reason's calls over the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedRow {
+    pub(crate) reason: String,
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
+    pub(crate) share: f64,
+}
+
+/// A distinct stack and how often it was captured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedStack {
+    pub(crate) count: u64,
+    /// Caller first; "--" before user frames.
+    pub(crate) frames: Vec<String>,
+}
+
+/// A reason's top stacks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedStacks {
+    pub(crate) reason: String,
+    pub(crate) captured: u64,
+    pub(crate) stacks: Vec<SavedStack>,
+}
+
+/// A saved result. (Field order is file order.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Saved {
+    pub(crate) format: String,
+    pub(crate) version: u32,
+    /// The topdown version that wrote it.
+    pub(crate) topdown: String,
+    /// "run": a run's calls from its start; "pinned": a pinned instance's
+    /// since it was pinned (`topdown show`).
+    pub(crate) source: String,
+    pub(crate) func: String,
+    /// The kernel release it ran on.
+    pub(crate) kernel: String,
+    /// Where the profile came from; None: one reason per caller.
+    pub(crate) profile: Option<String>,
+    /// Every reason named in the run, with calls or not, special slots aside.
+    pub(crate) reason_names: Vec<String>,
+    pub(crate) mode: String,
+    pub(crate) phase: String,
+    /// Unix seconds when counting started, and for how long it went on.
+    pub(crate) start: f64,
+    pub(crate) secs: f64,
+    pub(crate) total: u64,
+    pub(crate) rate: f64,
+    /// Reasons with calls, most first.
+    pub(crate) reasons: Vec<SavedRow>,
+    pub(crate) hot_reason: Option<String>,
+    /// The top stacks of every reason captured, in the order capture
+    /// reached them.
+    pub(crate) stacks: Vec<SavedStacks>,
+    #[serde(default)]
+    pub(crate) drops: Drops,
+}
+
+/// A figure rounded to 3 decimals, as in the NDJSON output.
+fn round(v: f64) -> f64 {
+    if v.is_finite() {
+        (v * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
+fn saved_rows(d: &Distribution) -> Vec<SavedRow> {
+    d.rows
+        .iter()
+        .filter(|r| r.count > 0)
+        .map(|r| SavedRow {
+            reason: r.reason.clone(),
+            count: r.count,
+            rate: round(r.rate),
+            share: round(r.share),
+        })
+        .collect()
+}
+
+impl Saved {
+    /// A run's result, with its top `top` stacks of each reason.
+    pub(crate) fn of_summary(sum: &Summary, top: usize) -> Saved {
+        Saved {
+            format: FORMAT.into(),
+            version: VERSION,
+            topdown: env!("CARGO_PKG_VERSION").into(),
+            source: "run".into(),
+            func: sum.func.clone(),
+            kernel: sum.kernel.clone(),
+            profile: sum.profile.clone(),
+            reason_names: sum.named.clone(),
+            mode: sum.mode.into(),
+            phase: sum.phase.name().into(),
+            start: round(sum.start),
+            secs: round(sum.calls.secs),
+            total: sum.calls.total,
+            rate: round(sum.calls.rate),
+            reasons: saved_rows(&sum.calls),
+            hot_reason: sum.hot().map(|r| r.reason.clone()),
+            stacks: sum
+                .stacks
+                .iter()
+                .map(|st| SavedStacks {
+                    reason: st.reason.clone(),
+                    captured: st.captured,
+                    stacks: st
+                        .top(top)
+                        .iter()
+                        .map(|sc| SavedStack {
+                            count: sc.count,
+                            frames: sc.stack.display(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            drops: sum.drops,
+        }
+    }
+
+    /// A pinned instance's counts since it was pinned (no stacks).
+    pub(crate) fn of_pinned(p: &Pinned) -> Saved {
+        Saved {
+            format: FORMAT.into(),
+            version: VERSION,
+            topdown: env!("CARGO_PKG_VERSION").into(),
+            source: "pinned".into(),
+            func: p.func.clone(),
+            kernel: p.kernel.clone(),
+            profile: p.profile.clone(),
+            reason_names: p
+                .calls
+                .rows
+                .iter()
+                .filter(|r| !r.special)
+                .map(|r| r.reason.clone())
+                .collect(),
+            mode: p.mode.clone(),
+            phase: "counting".into(),
+            start: round(p.pinned_at),
+            secs: round(p.calls.secs),
+            total: p.calls.total,
+            rate: round(p.calls.rate),
+            reasons: saved_rows(&p.calls),
+            hot_reason: p.hot().map(|r| r.reason.clone()),
+            stacks: Vec::new(),
+            drops: p.drops,
+        }
+    }
+
+    /// The calls as a distribution, for comparing with a run's.
+    pub(crate) fn calls(&self) -> Distribution {
+        Distribution {
+            secs: self.secs,
+            total: self.total,
+            rate: self.rate,
+            rows: self
+                .reasons
+                .iter()
+                .map(|r| ReasonRow {
+                    reason: r.reason.clone(),
+                    count: r.count,
+                    rate: r.rate,
+                    share: r.share,
+                    special: r.reason == NOT_FOUND_NAME || r.reason == SITES_FULL_NAME,
+                })
+                .collect(),
+        }
+    }
+
+    /// The result as one line of JSON (no newline).
+    pub(crate) fn to_json(&self) -> String {
+        // Plain strings and numbers: serializing cannot fail.
+        serde_json::to_string(self).expect("result serializes")
+    }
+
+    /// A result file's text, checked: a topdown result of a version this
+    /// topdown reads, for `func` if one is given.
+    pub(crate) fn parse(text: &str, func: Option<&str>) -> std::result::Result<Saved, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
+        if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(format!(
+                "not a topdown result (no \"format\":\"{FORMAT}\"; write one with --save)"
+            ));
+        }
+        match v.get("version").and_then(|n| n.as_u64()) {
+            Some(n) if (1..=u64::from(VERSION)).contains(&n) => {}
+            Some(n) if n > u64::from(VERSION) => {
+                return Err(format!(
+                    "format version {n} is newer than this topdown reads ({VERSION}): use a newer topdown"
+                ))
+            }
+            _ => return Err("no valid format version".into()),
+        }
+        let saved: Saved =
+            serde_json::from_value(v).map_err(|e| format!("not a valid topdown result ({e})"))?;
+        match func {
+            Some(f) if saved.func != f => Err(format!(
+                "it is a result for function {}, not {f}",
+                saved.func
+            )),
+            _ => Ok(saved),
+        }
+    }
+
+    /// Reads a baseline file: a one-line error naming the file otherwise.
+    pub(crate) fn load(path: &Path, func: Option<&str>) -> Result<Saved> {
+        let name = path.display();
+        let text = fs::read_to_string(path)
+            .map_err(|e| Error::msg(format!("baseline {name}: cannot read it: {e}")))?;
+        Saved::parse(&text, func).map_err(|why| Error::msg(format!("baseline {name}: {why}")))
+    }
+}
+
+/// Whether `path` can be written at exit as `write_file` will: in place
+/// for something that is not a regular file (a FIFO, a device, a symbolic
+/// link), otherwise by creating a file in its directory. Found out now, before anything is attached, with
+/// a probe file created and removed at once.
+pub(crate) fn check_writable(path: &Path, option: &str) -> Result<()> {
+    let fail = |why: String| {
+        Error::msg(format!(
+            "{option} {}: cannot write it: {why}",
+            path.display()
+        ))
+    };
+    if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(fail("it is a directory".into()));
+    }
+    // As write_file decides: in place unless a regular file or nothing.
+    if fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
+        return OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map(drop)
+            .map_err(|e| fail(e.to_string()));
+    }
+    let probe = sibling(path, "probe");
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| fail(e.to_string()))?;
+    let _ = fs::remove_file(&probe);
+    Ok(())
+}
+
+/// A hidden file next to `path`, unique to this process.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "result".into(), |n| n.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{name}.topdown-{what}-{}", std::process::id()))
+}
+
+/// Writes `text` to `path`: through a temporary file renamed over it, so
+/// that a reader never sees half a file; in place if `path` is not a
+/// regular file (a FIFO, a device, a symbolic link, which is followed).
+pub(crate) fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+    if fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
+        return fs::write(path, text);
+    }
+    let tmp = sibling(path, "tmp");
+    let done = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, path));
+    if done.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// Writes the result to `path` (`--save`). If that fails the result is not
+/// lost: it goes to a file of its own in the temporary directory or, if
+/// even that fails, to standard error; the error says where it went.
+pub(crate) fn save(path: &Path, saved: &Saved) -> Result<()> {
+    let text = saved.to_json() + "\n";
+    let Err(e) = write_file(path, &text) else {
+        return Ok(());
+    };
+    let failed = format!("--save {}: cannot write it: {e}", path.display());
+    let rescue = std::env::temp_dir().join(format!(
+        "topdown-result-{}-{}.json",
+        saved.func,
+        std::process::id()
+    ));
+    let rescued = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&rescue)
+        .and_then(|mut f| f.write_all(text.as_bytes()));
+    match rescued {
+        Ok(()) => Err(Error::msg(format!(
+            "{failed}; the result is in {} instead",
+            rescue.display()
+        ))),
+        Err(_) => {
+            eprint!("{text}");
+            Err(Error::msg(format!(
+                "{failed}; the result is the line above, on standard error"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn row(reason: &str, count: u64, rate: f64, share: f64) -> SavedRow {
+        SavedRow {
+            reason: reason.into(),
+            count,
+            rate,
+            share,
+        }
+    }
+
+    pub(crate) fn sample() -> Saved {
+        Saved {
+            format: FORMAT.into(),
+            version: VERSION,
+            topdown: "0.1.0".into(),
+            source: "run".into(),
+            func: "deferred_split_folio".into(),
+            kernel: "6.12.0".into(),
+            profile: Some("built-in profile deferred_split_folio".into()),
+            reason_names: vec!["FAULT_ALLOC".into(), "ZAP".into(), "KHUGEPAGED".into()],
+            mode: "fentry".into(),
+            phase: "stack capture".into(),
+            start: 1_700_000_000.0,
+            secs: 10.0,
+            total: 250,
+            rate: 25.0,
+            reasons: vec![
+                row("ZAP", 200, 20.0, 80.0),
+                row("FAULT_ALLOC", 50, 5.0, 20.0),
+            ],
+            hot_reason: Some("ZAP".into()),
+            stacks: vec![SavedStacks {
+                reason: "ZAP".into(),
+                captured: 3,
+                stacks: vec![SavedStack {
+                    count: 3,
+                    frames: vec!["folio_remove_rmap_ptes+0xbb".into()],
+                }],
+            }],
+            drops: Drops::default(),
+        }
+    }
+
+    #[test]
+    fn a_result_reads_back_as_written() {
+        let s = sample();
+        let text = s.to_json();
+        assert!(
+            text.starts_with("{\"format\":\"topdown-result\",\"version\":1,"),
+            "{text}"
+        );
+        assert_eq!(Saved::parse(&text, Some("deferred_split_folio")), Ok(s));
+    }
+
+    #[test]
+    fn newer_fields_are_ignored_and_drops_may_be_missing() {
+        let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        v["later"] = serde_json::json!({"x": 1});
+        v.as_object_mut().unwrap().remove("drops");
+        let s = Saved::parse(&v.to_string(), None).unwrap();
+        assert_eq!(s.drops, Drops::default());
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let err = |text: &str| Saved::parse(text, Some("deferred_split_folio")).unwrap_err();
+        assert!(err("").starts_with("not JSON ("), "{}", err(""));
+        assert!(err("{\"type\":\"summary\"}").starts_with("not a topdown result"));
+        let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        v["version"] = 2.into();
+        assert_eq!(
+            err(&v.to_string()),
+            "format version 2 is newer than this topdown reads (1): use a newer topdown"
+        );
+        v["version"] = 0.into();
+        assert_eq!(err(&v.to_string()), "no valid format version");
+        v["version"] = 1.into();
+        v.as_object_mut().unwrap().remove("reasons");
+        assert!(
+            err(&v.to_string()).starts_with("not a valid topdown result (missing field `reasons`")
+        );
+        let other = Saved {
+            func: "vfs_read".into(),
+            ..sample()
+        };
+        assert_eq!(
+            err(&other.to_json()),
+            "it is a result for function vfs_read, not deferred_split_folio"
+        );
+    }
+
+    #[test]
+    fn files_are_checked_loaded_and_written_whole() {
+        let dir = std::env::temp_dir().join(format!("topdown-saved-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.json");
+        check_writable(&path, "--save").unwrap();
+        assert!(!path.exists(), "the check leaves nothing behind");
+        let e = check_writable(&dir, "--save").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(": cannot write it: it is a directory"),
+            "{e}"
+        );
+        let e = check_writable(&dir.join("no/such/r.json"), "--save").unwrap_err();
+        assert!(e.to_string().starts_with("--save "), "{e}");
+        save(&path, &sample()).unwrap();
+        assert_eq!(Saved::load(&path, None).unwrap(), sample());
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
+        let e = Saved::load(&dir.join("missing.json"), None).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "baseline {}: cannot read it: ",
+                dir.join("missing.json").display()
+            )),
+            "{e}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,155 @@
+# Fix verified: --save a baseline of a partial-unmap-heavy workload (ZAP hot); then
+# --baseline with a fault-only workload (the "fix") is verified, exit 0; the same
+# workload again is not verified, exit 3; a run too short to tell is inconclusive,
+# exit 4. Bad baseline files are one-line errors before anything is attached, a
+# --save that fails at exit keeps the result, and show saves and compares a pinned
+# function.
+. "$TD_LIB"
+need_cmd topdown thp
+need_func deferred_split_folio
+
+N=40 F=20
+B=$TD_TMP/before.json
+
+# field KEY FILE: the first string or number stored under "KEY" in FILE.
+field() {
+	grep -o "\"$1\":\(\"[^\"]*\"\|[0-9.e+-]*\)" "$2" | head -1 | sed 's/^[^:]*://; s/"//g'
+}
+
+# unmaps ARGS...: the baseline's workload, N half munmaps 25 ms apart with their THP
+# faults made before USR1, while "$@" runs.
+unmaps() {
+	thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 25 >"$TD_TMP/thp.out" 2>&1 &
+	thp_pid=$!
+	wait_line "$TD_TMP/thp.out" "thp: ready"
+	"$@"
+	kill -USR1 $thp_pid
+	wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+}
+
+# 1. The baseline: ZAP only, saved at exit with its stacks.
+unmaps td_start deferred_split_folio -i 1 --min-rate 5 --min-events 3 --save "$B"
+td_stop INT
+expect_eq "baseline: exit status" $TD_RC 0
+expect_eq "baseline: ZAP" "$(reason_count ZAP)" $N
+echo "saved: $(cut -c1-600 "$B")"
+expect_eq "saved: format" "$(field format "$B")" topdown-result
+expect_eq "saved: version" "$(field version "$B")" 1
+expect_eq "saved: source" "$(field source "$B")" run
+expect_eq "saved: func" "$(field func "$B")" deferred_split_folio
+expect_eq "saved: kernel" "$(field kernel "$B")" "$(uname -r)"
+expect_eq "saved: profile" "$(field profile "$B")" "built-in profile deferred_split_folio"
+expect_eq "saved: hot reason" "$(field hot_reason "$B")" ZAP
+grep -q "\"reasons\":\[{\"reason\":\"ZAP\",\"count\":$N," "$B" || fail "saved: no ZAP row of $N calls"
+grep -q '"reason_names":\["FAULT_ALLOC",' "$B" || fail "saved: the profile's reasons are not named"
+grep -q '"stacks":\[{"reason":"ZAP","captured":[1-9][0-9]*,"stacks":\[{"count":[0-9]*,"frames":\["folio_remove_rmap_ptes+0x' "$B" ||
+	fail "saved: no ZAP stacks"
+expect_eq "saved: one line" "$(wc -l <"$B")" 1
+secs=$(field secs "$B")
+
+# 2. The fix: THP faults only, for at least as long as the baseline ran, so that at
+# its rate ZAP would have made N calls again.
+td_start deferred_split_folio -i 1 --baseline "$B"
+thp --faults $F >/dev/null || fail "thp failed"
+sleep "$secs"
+td_stop INT
+grep "warning" "$TD_ERR" && fail "warnings for a baseline of the same kernel and profile"
+expect_eq "fixed: exit status" $TD_RC 0
+expect_eq "fixed: phase" "$(summary_str phase)" "fix verified"
+expect_eq "fixed: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $F
+expect_eq "fixed: ZAP" "$(reason_count ZAP)" 0
+echo "$TD_SUMMARY" | grep -q "\"compare\":\[{\"reason\":\"ZAP\",\"count_before\":$N,[^}]*\"count\":0,\"rate\":0,\"share\":0,\"rate_change\":0,\"share_change\":-100}" ||
+	fail "fixed: no ZAP row before/after"
+echo "$TD_SUMMARY" | grep -q '"verdict":{"outcome":"fix verified","reason":"ZAP","share_before":100,"share":0,"threshold":80,' ||
+	fail "fixed: verdict"
+echo "$TD_SUMMARY" | grep -q '"drop":100,"verify_drop":50,"share_below_threshold":true,"rate_dropped":true,' ||
+	fail "fixed: verdict conditions"
+# Every interval carries the comparison.
+expect_eq "fixed: intervals without compare" "$(grep '"type":"interval"' "$TD_OUT" | grep -vc '"compare":\[{"reason":"ZAP"')" 0
+
+# 3. The same workload again: not verified, exit 3; the text summary in the seed's
+# order, the verdict saying which condition failed.
+run_text() {
+	topdown deferred_split_folio -q "$@" >"$TD_TMP/text.out" 2>"$TD_TMP/text.err" &
+	text_pid=$!
+	wait_line "$TD_TMP/text.err" "Ctrl-C to end"
+}
+unmaps run_text --baseline "$B"
+kill -INT $text_pid
+wait $text_pid
+rc=$?
+cat "$TD_TMP/text.out"
+expect_eq "same: exit status" $rc 3
+grep -q "^Summary: $N calls of deferred_split_folio in .* phase reached: not verified$" "$TD_TMP/text.out" ||
+	fail "same: summary line"
+grep -q "^  not verified: ZAP (the baseline's hot reason): share 100.0% (was 100.0%), not below the 80% threshold; rate .*(a fall of 50% needed)$" \
+	"$TD_TMP/text.out" || fail "same: verdict line"
+order=$(grep -n -e '^  REASON' -e '^  hot reason:' -e '^  before/after, baseline' -e '^  not verified:' -e '^  drops:' \
+	"$TD_TMP/text.out" | sed 's/:.*//' | tr '\n' ' ')
+expect_eq "same: sections in order" "$order" "$(echo "$order" | tr ' ' '\n' | grep . | sort -n | tr '\n' ' ')"
+expect_eq "same: sections" "$(echo "$order" | wc -w)" 5
+grep -q "^    ZAP  *[0-9.]*  *[0-9.]*  *[0-9.]*x  *100.0%  *100.0%  *+0.0pp$" "$TD_TMP/text.out" || fail "same: no ZAP row"
+
+# 4. Too short to tell: inconclusive, exit 4.
+td_start deferred_split_folio -d 0.3 --baseline "$B"
+wait $TD_PID
+TD_RC=$?
+TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
+expect_eq "short: exit status" $TD_RC 4
+expect_eq "short: phase" "$(summary_str phase)" inconclusive
+echo "$TD_SUMMARY" | grep -q '"message":"this run is too short: at the baseline' || fail "short: message"
+
+# 5. Bad files: one line naming the file and the problem, exit 1, nothing attached.
+bad() {
+	want=$1
+	shift
+	topdown deferred_split_folio -d 1 "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
+	rc=$?
+	echo "+ topdown ... $*: $(cat "$TD_TMP/err")"
+	expect_eq "exit status of $*" $rc 1
+	expect_eq "stderr lines of $*" "$(wc -l <"$TD_TMP/err")" 1
+	grep -q -- "$want" "$TD_TMP/err" || fail "$*: stderr does not match '$want'"
+	grep -q "tracing" "$TD_TMP/err" && fail "$*: it attached"
+	[ ! -s "$TD_TMP/out" ] || fail "$*: output $(cat "$TD_TMP/out")"
+}
+echo 'not json' >"$TD_TMP/bad.json"
+sed 's/"version":1,/"version":2,/' "$B" >"$TD_TMP/v2.json"
+sed 's/"func":"deferred_split_folio"/"func":"vfs_read"/' "$B" >"$TD_TMP/other.json"
+bad "^topdown: baseline $TD_TMP/none.json: cannot read it: No such file or directory" --baseline "$TD_TMP/none.json"
+bad "^topdown: baseline $TD_TMP/bad.json: not JSON (" --baseline "$TD_TMP/bad.json"
+bad "^topdown: baseline $TD_TMP/v2.json: format version 2 is newer than this topdown reads (1)" --baseline "$TD_TMP/v2.json"
+bad "^topdown: baseline $TD_TMP/other.json: it is a result for function vfs_read, not deferred_split_folio$" --baseline "$TD_TMP/other.json"
+bad "^topdown: --save $TD_TMP/no/such.json: cannot write it: No such file or directory" --save "$TD_TMP/no/such.json"
+if command -v bpftool >/dev/null; then expect_eq "programs left" "$(td_progs)" 0; fi
+
+# 6. --save that fails at exit (its file system turned read-only meanwhile): the result
+# goes to a file in /tmp, named on stderr; exit 1.
+mkdir "$TD_TMP/ro"
+mount -t tmpfs tmpfs "$TD_TMP/ro" || fail "cannot mount a tmpfs"
+td_start deferred_split_folio -d 30 --save "$TD_TMP/ro/r.json"
+mount -o remount,ro "$TD_TMP/ro" || fail "cannot remount read-only"
+td_stop INT
+tail -n 1 "$TD_ERR"
+expect_eq "rescued: exit status" $TD_RC 1
+rescue=$(tail -n 1 "$TD_ERR" | sed -n "s|^topdown: --save $TD_TMP/ro/r.json: cannot write it: Read-only file system (os error 30); the result is in \(.*\) instead$|\1|p")
+[ -n "$rescue" ] || fail "rescued: no message naming the file"
+expect_eq "rescued: format" "$(field format "$rescue")" topdown-result
+umount "$TD_TMP/ro"
+rm -f "$rescue"
+
+# 7. show of a pinned function: --save writes its counts since it was pinned;
+# --baseline compares (the same counts a moment later: not verified, exit 3).
+P=20
+topdown pin deferred_split_folio 2>/dev/null || fail "pin failed"
+thp --munmap-halves $P >/dev/null || fail "thp failed"
+topdown show --save "$TD_TMP/pinned.json" >/dev/null || fail "show --save failed"
+echo "saved: $(cut -c1-300 "$TD_TMP/pinned.json")"
+expect_eq "pinned: source" "$(field source "$TD_TMP/pinned.json")" pinned
+grep -q "{\"reason\":\"ZAP\",\"count\":$P," "$TD_TMP/pinned.json" || fail "pinned: no ZAP row"
+SHOWN=$(topdown show --baseline "$TD_TMP/pinned.json" --json)
+rc=$?
+echo "show: $SHOWN" | cut -c1-1500
+topdown unpin deferred_split_folio 2>/dev/null || fail "unpin failed"
+expect_eq "pinned: exit status" $rc 3
+echo "$SHOWN" | grep -q '"verdict":{"outcome":"not verified","reason":"FAULT_ALLOC",' || fail "pinned: verdict"
+exit 0
