@@ -76,7 +76,7 @@ run_faults populate 200 60 50 -i 0.3 --min-events 100
 expect_eq "drill-down: GUP" "$(reason_count GUP)" 12000
 expect_eq "drill-down: phase" "$(summary_str phase)" "stack capture"
 expect_eq "drill-down: stack reason" "$(summary_str stack_reason)" GUP
-grep -q "GUP has .* of calls (threshold 80%): capturing its stacks" "$TD_ERR" ||
+grep -qE "GUP has .* of calls \(.*threshold 80%\): (capturing its stacks|moving stack capture from)" "$TD_ERR" ||
 	fail "no drill-down notice: $(cat "$TD_ERR")"
 stacks=$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":.*')
 echo "$stacks" | grep -q '"frames":\["__get_user_pages+0x[0-9a-f]*","faultin_\(vma_\)\{0,1\}page_range+' ||
