@@ -138,7 +138,7 @@ pub struct TraceArgs {
     #[arg(long)]
     pub list_profiles: bool,
 
-    /// Capture stacks of REASON from the start.
+    /// Capture stacks of REASON from the start: a profile reason, a caller function, or not-found.
     #[arg(long, value_name = "REASON")]
     pub stack_on: Option<String>,
 

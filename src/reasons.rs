@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::bpf::abi::{FIRST_REASON, NR_SLOTS};
+use crate::bpf::abi::{FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
 use crate::bpf::maps::{Claim, Maps};
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
@@ -12,6 +12,14 @@ use crate::kallsyms::{base_name, Kallsyms};
 pub(crate) const MAX_REASONS: usize = NR_SLOTS - FIRST_REASON as usize - 1;
 
 pub(crate) const NOT_FOUND_NAME: &str = "[caller not found]";
+/// What `--stack-on` also takes for the calls whose caller is not found.
+pub(crate) const NOT_FOUND_ALIAS: &str = "not-found";
+
+/// Whether `name` names the calls whose caller is not found, for
+/// `--stack-on`: the report's name or its alias.
+pub(crate) fn is_not_found(name: &str) -> bool {
+    name == NOT_FOUND_NAME || name.eq_ignore_ascii_case(NOT_FOUND_ALIAS)
+}
 pub(crate) const SITES_FULL_NAME: &str = "[site table full]";
 pub(crate) const OTHER_NAME: &str = "OTHER";
 /// Reason for return addresses outside every kallsyms symbol.
@@ -310,6 +318,9 @@ impl Mapper {
     /// The slot of the reason named by --stack-on: a profile reason, or
     /// any kernel function (callers are reasons).
     pub(crate) fn stack_reason(&mut self, ksyms: &Kallsyms, name: &str) -> Result<u32> {
+        if is_not_found(name) {
+            return Ok(SLOT_NOT_FOUND);
+        }
         if let Some(slot) = self.reasons.lookup(name) {
             return Ok(slot);
         }
@@ -318,9 +329,12 @@ impl Mapper {
         }
         let known: Vec<&str> = self.reasons.reason_names().collect();
         let valid = if known.is_empty() {
-            "a caller function's name".to_string()
+            format!("{NOT_FOUND_ALIAS} or a caller function's name")
         } else {
-            format!("one of {} or a caller function's name", known.join(", "))
+            format!(
+                "one of {}, {NOT_FOUND_ALIAS} or a caller function's name",
+                known.join(", ")
+            )
         };
         Err(Error::msg(format!(
             "unknown reason '{name}' for --stack-on: give {valid}"
@@ -501,15 +515,20 @@ mod tests {
         let e = m.stack_reason(&k, "NOPE").unwrap_err().to_string();
         assert!(
             e.starts_with(
-                "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, vfs_read"
+                "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, vfs_read, not-found"
             ),
             "{e}"
         );
+        assert_eq!(m.stack_reason(&k, "not-found").unwrap(), SLOT_NOT_FOUND);
+        assert_eq!(m.stack_reason(&k, NOT_FOUND_NAME).unwrap(), SLOT_NOT_FOUND);
         let e = Mapper::auto(4)
             .stack_reason(&k, "NOPE")
             .unwrap_err()
             .to_string();
-        assert!(e.ends_with("give a caller function's name"), "{e}");
+        assert!(
+            e.ends_with("give not-found or a caller function's name"),
+            "{e}"
+        );
     }
 
     #[test]

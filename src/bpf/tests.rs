@@ -253,3 +253,40 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     }
     assert!(samples.iter().any(|s| s.1 == A) && samples.iter().any(|s| s.1 == B));
 }
+
+/// `--stack-on not-found`: the calls whose caller is not found are the
+/// ones sampled, and no other.
+#[test]
+fn capture_on_not_found_samples_only_calls_without_a_caller() {
+    let site = 0xffffffff81000010;
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        sample_every: 1,
+        stack_frames: 1,
+        stacks: true,
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    p.maps().add_site(site, 2).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    p.maps().capture(SLOT_NOT_FOUND, &[]).unwrap();
+    let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.maps().samples().unwrap();
+    let mut rb = RingBufferBuilder::new();
+    rb.add(&map, |data: &[u8]| {
+        let mut s = td_sample::default();
+        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        samples.borrow_mut().push((s.caller, s.reason));
+        0
+    })
+    .unwrap();
+    let rb = rb.build().unwrap();
+    p.test_count(site, 5);
+    p.test_count(0, 3);
+    p.test_count(site, 5);
+    rb.consume().unwrap();
+    drop(rb);
+    assert_eq!(samples.into_inner(), vec![(0, SLOT_NOT_FOUND); 3]);
+    assert_eq!(p.maps().counts().unwrap()[SLOT_NOT_FOUND as usize], 3);
+}

@@ -1,7 +1,7 @@
 # Tier 2: stack capture switches on by itself when ZAP dominates, and its stacks show
 # the zap path; --stack-on FAULT_ALLOC captures every fault's stack; the frame after
 # the traced function's entry is the counted reason's caller; --folded writes
-# flame-graph input.
+# flame-graph input; --stack-on not-found is taken.
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
@@ -75,4 +75,13 @@ expect_eq "move: stack reason" "$(summary_str stack_reason)" ZAP
 sets=$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":.*' | grep -o '{"reason":"[A-Z_]*","captured"' |
 	sed 's/.*"reason":"//; s/",.*//' | tr '\n' ' ')
 expect_eq "move: reasons with stacks, in order" "$sets" "FAULT_ALLOC ZAP "
+
+# 4. --stack-on not-found: the calls whose caller was not found (which the BPF self-tests
+# make up; here there should be none) are the ones captured, each of them.
+td_start vfs_read --no-profile --stack-on not-found
+cat /etc/hostname /etc/hostname >/dev/null
+td_stop INT
+expect_eq "not-found: stack reason" "$(summary_str stack_reason)" "[caller not found]"
+expect_eq "not-found: captured = not found" "$(summary_num stacks_captured)" "$(summary_num caller_not_found)"
+expect_eq "not-found: matched = not found" "$(summary_num stacks_matched)" "$(summary_num caller_not_found)"
 exit 0
