@@ -18,6 +18,7 @@ pub(crate) const ARCH: &str = match std::env::consts::ARCH.as_bytes() {
 };
 const PMU_DIR: &str = "/sys/bus/event_source/devices";
 
+const CAP_SYSLOG: u32 = 34;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -38,32 +39,68 @@ pub(crate) fn check_privileges() -> Result<()> {
     ))
 }
 
-/// CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in a /proc/PID/status text.
-fn has_bpf_caps(status: &str) -> bool {
-    let caps = status
+/// The effective capabilities in a /proc/PID/status text.
+fn effective_caps(status: &str) -> u64 {
+    status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in a /proc/PID/status text.
+fn has_bpf_caps(status: &str) -> bool {
+    let caps = effective_caps(status);
     let has = |c: u32| caps & (1u64 << c) != 0;
     has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+}
+
+/// Whether /proc/kallsyms shows this process zeros for addresses, by
+/// kernel.kptr_restrict and its capabilities (None: unknown).
+fn addresses_hidden(restrict: Option<u32>, status: &str) -> bool {
+    let syslog = effective_caps(status) & (1u64 << CAP_SYSLOG) != 0;
+    match restrict {
+        Some(0) | None => false,
+        Some(1) => !syslog,
+        Some(_) => true,
+    }
+}
+
+fn hidden_addresses_error(restrict: Option<u32>) -> Error {
+    let fix = if restrict.is_some_and(|r| r >= 2) {
+        "set kernel.kptr_restrict to 0 or 1"
+    } else {
+        "run as root, or grant CAP_SYSLOG"
+    };
+    let shown = restrict.map_or("?".to_string(), |r| r.to_string());
+    Error::msg(format!(
+        "kernel symbol addresses are hidden (kernel.kptr_restrict={shown}): {fix}"
+    ))
+}
+
+fn kptr_restrict() -> Option<u32> {
+    fs::read_to_string("/proc/sys/kernel/kptr_restrict")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Fails, without reading /proc/kallsyms, if its addresses would be
+/// hidden: kernel symbols are read after attaching, and this failure is
+/// better known before.
+pub(crate) fn check_addresses_visible() -> Result<()> {
+    let restrict = kptr_restrict();
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if addresses_hidden(restrict, &status) {
+        return Err(hidden_addresses_error(restrict));
+    }
+    Ok(())
 }
 
 /// Loads kallsyms and checks that its addresses are readable.
 pub(crate) fn load_kallsyms() -> Result<Kallsyms> {
     let k = Kallsyms::load().map_err(|e| Error::msg(format!("cannot read /proc/kallsyms: {e}")))?;
     if k.is_empty() || k.addresses_hidden() {
-        let restrict = fs::read_to_string("/proc/sys/kernel/kptr_restrict")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "?".into());
-        let fix = if restrict.parse::<u32>().is_ok_and(|r| r >= 2) {
-            "set kernel.kptr_restrict to 0 or 1"
-        } else {
-            "run as root, or grant CAP_SYSLOG"
-        };
-        return Err(Error::msg(format!(
-            "kernel symbol addresses are hidden (kernel.kptr_restrict={restrict}): {fix}"
-        )));
+        return Err(hidden_addresses_error(kptr_restrict()));
     }
     Ok(k)
 }
@@ -147,6 +184,19 @@ mod tests {
         assert!(!has_bpf_caps(&status(1 << CAP_BPF)));
         assert!(!has_bpf_caps(&status(0)));
         assert!(!has_bpf_caps("Name:\tx\n"));
+    }
+
+    #[test]
+    fn kptr_restrict_hides_addresses_from_whom_it_says() {
+        let status = |caps: u64| format!("Name:\ttopdown\nCapEff:\t{caps:016x}\n");
+        let syslog = status(1 << CAP_SYSLOG);
+        assert!(!addresses_hidden(Some(0), &status(0)));
+        assert!(!addresses_hidden(None, &status(0)));
+        assert!(!addresses_hidden(Some(1), &syslog));
+        assert!(addresses_hidden(Some(1), &status(1 << CAP_BPF)));
+        assert!(addresses_hidden(Some(2), &syslog));
+        let e = hidden_addresses_error(Some(2)).to_string();
+        assert!(e.ends_with("set kernel.kptr_restrict to 0 or 1"), "{e}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::plan::{Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
-use crate::reasons::Mapper;
+use crate::reasons::{self, Mapper};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
 use crate::report::saved::{self, Saved};
 use crate::report::{self, Summary};
@@ -160,38 +160,76 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
-/// Loads and attaches the counting program for `target` with `load`'s
-/// settings: the mapper, where the function is, the debug vmlinux, and the
-/// attached probe with why it is not fentry if it is not.
-struct Loaded<'obj> {
-    mapper: Mapper,
-    func_addr: u64,
-    vmlinux: Option<PathBuf>,
+/// The counting program attached, and what was learnt before: the kernel
+/// symbols, the profile compiled and the function's address if the
+/// program needed them at load.
+struct Attached<'obj> {
     probe: Probe<'obj>,
+    /// Why it is not fentry, if it is not.
     fallback: Option<String>,
+    early: Option<(Kallsyms, Compiled, u64)>,
+    vmlinux: Option<PathBuf>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn load<'obj>(
+/// The counting program attached and its reasons set up: the mapper, the
+/// kernel symbols, where the function is and the debug vmlinux.
+struct Loaded<'obj> {
+    probe: Probe<'obj>,
+    fallback: Option<String>,
+    mapper: Mapper,
+    ksyms: Kallsyms,
+    func_addr: u64,
+    vmlinux: Option<PathBuf>,
+    /// The --stack-on reason's slot.
+    stack_on: Option<u32>,
+}
+
+/// Whether kernel symbols are needed before the counting program is
+/// loaded: deeper-frame rules are tables of address ranges fixed at load,
+/// arm64 unwinds compare frames with the function's kallsyms address, and
+/// a --stack-on name that is no reason must be checked against kernel
+/// functions before anything is attached. Otherwise /proc/kallsyms (the
+/// longest step of start-up: the kernel formats every symbol) is read once
+/// the program counts.
+fn symbols_before_load(target: &Target, stack_on: Option<&str>) -> bool {
+    let profile = target.profile.as_ref();
+    let deep = profile.is_some_and(|p| p.reasons.iter().any(|r| r.within.is_some()));
+    let function_named = stack_on.is_some_and(|name| {
+        !reasons::is_not_found(name)
+            && !profile.is_some_and(|p| p.reasons.iter().any(|r| r.name == name))
+    });
+    cfg!(target_arch = "aarch64") || deep || function_named
+}
+
+/// Loads and attaches the counting program for `target` with `load`'s
+/// settings. Calls from sites not resolved yet are counted as pending and
+/// given their reasons by `set_up`, so none is lost meanwhile.
+fn attach_target<'obj>(
     storage: &'obj mut Storage,
-    ksyms: &Kallsyms,
     target: &Target,
     max_reasons: usize,
     load: &Load,
     extra: Extra,
     stack_on: Option<&str>,
-) -> Result<(Loaded<'obj>, Option<u32>)> {
+) -> Result<Attached<'obj>> {
     let func = target.func.as_str();
+    host::check_addresses_visible()?;
     let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
-    let Compiled {
-        mut mapper,
-        callers,
-        rules,
-    } = compile_target(target, ksyms, vmlinux.as_deref(), max_reasons)?;
-    let func_addr = host::resolve_function(ksyms, func)?;
-    let stack_on = stack_on
-        .map(|name| mapper.stack_reason(ksyms, name))
-        .transpose()?;
+    let early = if symbols_before_load(target, stack_on) {
+        let ksyms = host::load_kallsyms()?;
+        let func_addr = host::resolve_function(&ksyms, func)?;
+        let mut compiled = compile_target(target, &ksyms, vmlinux.as_deref(), max_reasons)?;
+        if let Some(name) = stack_on {
+            compiled.mapper.stack_reason(&ksyms, name)?;
+        }
+        Some((ksyms, compiled, func_addr))
+    } else {
+        None
+    };
+    let (callers, rules, func_addr) = match &early {
+        Some((_, c, addr)) => (c.callers.clone(), c.rules.clone(), *addr),
+        None => (Vec::new(), Vec::new(), 0),
+    };
     let config = Config {
         func_addr,
         verify_caller: extra.verify_caller,
@@ -200,7 +238,7 @@ fn load<'obj>(
         sample_every: load.sample,
         callers,
         rules,
-        stacks: stack_on.is_some() || extra.stacks,
+        stacks: extra.stacks,
     };
     let attached = attach::attach(
         storage,
@@ -209,19 +247,64 @@ fn load<'obj>(
         load.request,
         extra.companion,
         &host::Features::probe(),
-    )?;
-    let probe = attached.probe;
-    mapper.sync(probe.maps())?;
-    Ok((
-        Loaded {
-            mapper,
-            func_addr,
+    );
+    match attached {
+        Ok(a) => Ok(Attached {
+            probe: {
+                // Reading /proc/kallsyms and the vmlinux next calls many
+                // functions (vfs_read, page faults): not counted.
+                a.probe.maps().own(std::process::id());
+                a.probe
+            },
+            fallback: a.fallback_reason,
+            early,
             vmlinux,
-            probe,
-            fallback: attached.fallback_reason,
+        }),
+        // A misspelt function is the likeliest cause: say so, with the
+        // names it may have meant, rather than what libbpf said.
+        Err(e) if early.is_none() => match host::load_kallsyms() {
+            Ok(ksyms) => Err(host::resolve_function(&ksyms, func).err().unwrap_or(e)),
+            Err(_) => Err(e),
         },
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets up reasons for the attached program: reads the kernel symbols if
+/// not read yet, compiles the profile and fills in the BPF side's slots.
+/// An error here detaches the program (it is dropped).
+fn set_up<'obj>(
+    a: Attached<'obj>,
+    target: &Target,
+    max_reasons: usize,
+    stack_on: Option<&str>,
+) -> Result<Loaded<'obj>> {
+    let (ksyms, compiled, func_addr) = match a.early {
+        Some(early) => early,
+        None => {
+            let ksyms = host::load_kallsyms()?;
+            let func_addr = host::resolve_function(&ksyms, &target.func)?;
+            let compiled = compile_target(target, &ksyms, a.vmlinux.as_deref(), max_reasons)?;
+            // No deeper-frame rules: no table was needed at load.
+            debug_assert!(compiled.callers.is_empty() && compiled.rules.is_empty());
+            (ksyms, compiled, func_addr)
+        }
+    };
+    let mut mapper = compiled.mapper;
+    let stack_on = stack_on
+        .map(|name| mapper.stack_reason(&ksyms, name))
+        .transpose()?;
+    mapper.sync(a.probe.maps())?;
+    a.probe.maps().own(0);
+    Ok(Loaded {
+        probe: a.probe,
+        fallback: a.fallback,
+        mapper,
+        ksyms,
+        func_addr,
+        vmlinux: a.vmlinux,
         stack_on,
-    ))
+    })
 }
 
 /// Settings of the counting program beyond what `plan::Load` fixes.
@@ -247,38 +330,39 @@ pub fn trace(t: Trace) -> Result<Status> {
     if pin::is_pinned(&t.target.func) {
         return trace_pinned(t);
     }
-    let ksyms = host::load_kallsyms()?;
     let stop = stop_on_signals()?;
+    let info = RunInfo {
+        kernel: pin::kernel_and_boot().0,
+        profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
+    };
+    warn_baseline(t.session.baseline.as_ref(), &info);
     let mut storage = Storage::default();
     let extra = Extra {
         verify_caller: t.verify_caller,
         companion: t.companion,
-        stacks: t.trigger.auto,
+        stacks: t.trigger.auto || t.stack_on.is_some(),
     };
-    let (mut loaded, stack_on) = load(
+    let attached = attach_target(
         &mut storage,
-        &ksyms,
         &t.target,
         t.max_reasons,
         &t.load,
         extra,
         t.stack_on.as_deref(),
     )?;
-    let info = RunInfo {
-        kernel: pin::kernel_and_boot().0,
-        profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
-    };
-    warn_baseline(t.session.baseline.as_ref(), &info);
+    // It counts from here on: what follows only names what it counts.
     eprintln!(
         "topdown: tracing {}",
         mode_line(
             &t.target.func,
-            loaded.probe.mode().name(),
-            loaded.fallback.as_deref()
+            attached.probe.mode().name(),
+            attached.fallback.as_deref()
         )
     );
+    let mut loaded = set_up(attached, &t.target, t.max_reasons, t.stack_on.as_deref())?;
+    let stack_on = loaded.stack_on;
     let ctx = Context {
-        ksyms: &ksyms,
+        ksyms: &loaded.ksyms,
         mapper: &mut loaded.mapper,
         func_addr: loaded.func_addr,
         stack_on,
@@ -367,7 +451,6 @@ pub fn pin(p: Pin) -> Result<()> {
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
-    let ksyms = host::load_kallsyms()?;
     let mut storage = Storage::default();
     // Capture can be steered by any later reader; calls of no process are
     // left out (the pinning process is gone soon).
@@ -375,15 +458,8 @@ pub fn pin(p: Pin) -> Result<()> {
         stacks: true,
         ..Extra::default()
     };
-    let (mut loaded, _) = load(
-        &mut storage,
-        &ksyms,
-        &p.target,
-        p.max_reasons,
-        &p.load,
-        extra,
-        None,
-    )?;
+    let attached = attach_target(&mut storage, &p.target, p.max_reasons, &p.load, extra, None)?;
+    let mut loaded = set_up(attached, &p.target, p.max_reasons, None)?;
     let (kernel, boot_id) = pin::kernel_and_boot();
     let meta = Meta {
         layout: pin::LAYOUT,

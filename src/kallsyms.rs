@@ -1,8 +1,9 @@
 //! Kernel text symbols from /proc/kallsyms: address → function and
 //! function name → address ranges.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
+use std::sync::OnceLock;
 
 /// One text symbol and the address range it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,9 @@ pub(crate) struct Symbol {
 #[derive(Debug, Default)]
 pub(crate) struct Kallsyms {
     syms: Vec<Symbol>,
+    /// Indices into `syms` by base name (clone suffixes folded), built on
+    /// first use: profiles look up a few dozen names, each a scan otherwise.
+    by_base: OnceLock<HashMap<String, Vec<usize>>>,
 }
 
 /// Size assumed for the last symbol, which has no successor.
@@ -84,7 +88,26 @@ impl Kallsyms {
                     });
             syms[i].end = end;
         }
-        Kallsyms { syms }
+        Kallsyms {
+            syms,
+            by_base: OnceLock::new(),
+        }
+    }
+
+    /// Every symbol whose base name is `base`.
+    fn of_base<'a>(&'a self, base: &str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        let index = self.by_base.get_or_init(|| {
+            let mut m: HashMap<String, Vec<usize>> = HashMap::new();
+            for (i, s) in self.syms.iter().enumerate() {
+                m.entry(base_name(&s.name).to_string()).or_default().push(i);
+            }
+            m
+        });
+        index
+            .get(base)
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|&i| &self.syms[i])
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -112,13 +135,14 @@ impl Kallsyms {
 
     /// Symbols named exactly `name`.
     pub(crate) fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
-        self.syms.iter().filter(move |s| s.name == name)
+        self.of_base(base_name(name))
+            .filter(move |s| s.name == name)
     }
 
     /// Every symbol of a function: its own name and its clones and parts
-    /// (`name.*`).
+    /// (`name.*`), in address order.
     pub(crate) fn function<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
-        self.syms.iter().filter(move |s| base_name(&s.name) == name)
+        self.of_base(name)
     }
 
     /// Up to `n` function names close to `name`, closest first.
