@@ -10,7 +10,7 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{cache, Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
-use crate::kallsyms::Kallsyms;
+use crate::kallsyms::{base_name, Kallsyms};
 use crate::reasons::{SourceLoc, SourceLookup};
 
 pub(crate) struct Symbols {
@@ -26,8 +26,9 @@ pub(crate) struct Symbols {
 }
 
 /// Frames for one symbolized address, innermost first: inlined callees
-/// (from DWARF, when a debug vmlinux is present) then the function itself.
-fn frames(sym: &Sym<'_>, shift: u64) -> Vec<String> {
+/// (from DWARF, when a debug vmlinux is present) then the function itself
+/// at `offset`.
+fn frames(sym: &Sym<'_>, offset: u64) -> Vec<String> {
     let mut out: Vec<String> = sym
         .inlined
         .iter()
@@ -37,12 +38,24 @@ fn frames(sym: &Sym<'_>, shift: u64) -> Vec<String> {
             None => format!("{} (inlined)", f.name),
         })
         .collect();
-    let base = format!("{}+{:#x}", sym.name, sym.offset as u64 + shift);
+    let base = format!("{}+{offset:#x}", sym.name);
     out.push(match &sym.code_info {
         Some(ci) => format!("{base} [{}]", location(ci)),
         None => base,
     });
     out
+}
+
+/// The offset of kernel address `probe` in function `name`, which blazesym
+/// found at offset `blazed`. blazesym (0.2) takes a vmlinux's functions at
+/// their link-time addresses but subtracts those from the KASLR-slid
+/// address, so its offsets include the slide; kallsyms has the slid
+/// address of the same function.
+fn kernel_offset(ksyms: &Kallsyms, probe: u64, name: &str, blazed: u64) -> u64 {
+    match ksyms.lookup(probe) {
+        Some(k) if base_name(&k.name) == base_name(name) => probe - k.addr,
+        _ => blazed,
+    }
 }
 
 /// The addresses not yet known, each once.
@@ -92,10 +105,15 @@ impl Symbols {
     /// Frames of each address through blazesym (looked up at the address
     /// itself; shown at +1, the return address), and whether every lookup
     /// failed.
-    fn blaze_frames(&self, src: &Source<'_>, probes: &[u64]) -> (Vec<Option<Vec<String>>>, bool) {
-        let input = match src {
-            Source::Elf(_) => Input::VirtOffset(probes),
-            _ => Input::AbsAddr(probes),
+    fn blaze_frames(
+        &self,
+        src: &Source<'_>,
+        ksyms: &Kallsyms,
+        probes: &[u64],
+    ) -> (Vec<Option<Vec<String>>>, bool) {
+        let (input, kernel) = match src {
+            Source::Elf(_) => (Input::VirtOffset(probes), false),
+            _ => (Input::AbsAddr(probes), true),
         };
         let res = self.sym.symbolize(src, input).unwrap_or_default();
         let all_failed = res
@@ -103,7 +121,14 @@ impl Symbols {
             .all(|r| matches!(r, Symbolized::Unknown(Reason::IgnoredError)));
         let found = (0..probes.len())
             .map(|i| match res.get(i) {
-                Some(Symbolized::Sym(s)) => Some(frames(s, 1)),
+                Some(Symbolized::Sym(s)) => {
+                    let off = s.offset as u64;
+                    let off = match kernel {
+                        true => kernel_offset(ksyms, probes[i], &s.name, off),
+                        false => off,
+                    };
+                    Some(frames(s, off + 1))
+                }
                 _ => None,
             })
             .collect();
@@ -118,7 +143,7 @@ impl Symbols {
             let probes: Vec<u64> = missing.iter().map(|a| a.saturating_sub(1)).collect();
             let mut found = match &self.kernel {
                 Some(src) => {
-                    let (found, all_failed) = self.blaze_frames(src, &probes);
+                    let (found, all_failed) = self.blaze_frames(src, ksyms, &probes);
                     // blazesym's vmlinux path also needs /proc/modules, which
                     // kernels without module support lack: then every lookup
                     // fails, and kallsyms is all there is.
@@ -266,5 +291,25 @@ mod tests {
             ]
         );
         assert!(s.source(0xffffffff81000010).is_none());
+    }
+
+    #[test]
+    fn kernel_offsets_from_a_vmlinux_are_taken_from_kallsyms() {
+        let k = Kallsyms::parse(
+            "ffffffff9a000000 t collapse_huge_page.isra.0\nffffffff9a001000 T next_fn\n",
+        );
+        // blazesym's offset carries the KASLR slide (here 0x19000000).
+        let slid = 0x19000000 + 0x2bc;
+        assert_eq!(
+            kernel_offset(&k, 0xffffffff9a0002bc, "collapse_huge_page.isra.0", slid),
+            0x2bc
+        );
+        assert_eq!(
+            kernel_offset(&k, 0xffffffff9a0002bc, "collapse_huge_page", slid),
+            0x2bc
+        );
+        // Another function (kallsyms and the vmlinux disagree): blazesym's.
+        assert_eq!(kernel_offset(&k, 0xffffffff9a0002bc, "other", 7), 7);
+        assert_eq!(kernel_offset(&k, 0x1000, "other", 7), 7);
     }
 }
