@@ -234,7 +234,9 @@ pub(crate) fn run(
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let mut deadline = end.map_or(next_print, |e| e.min(next_print));
-        if state.auto() {
+        // Ticks while capturing too: a new call site of the stack reason is
+        // only captured from once a poll has resolved it.
+        if state.auto() || state.target().is_some() {
             deadline = deadline.min(next_tick);
         }
         if state.target().is_some() {
@@ -250,8 +252,12 @@ pub(crate) fn run(
         }
         let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
         let secs = (now - start).as_secs_f64();
-        if state.auto() && now >= next_tick {
-            if let Some(d) = state.tick(secs, mono_ns(), &cur) {
+        if now >= next_tick {
+            if let Some(d) = state
+                .auto()
+                .then(|| state.tick(secs, mono_ns(), &cur))
+                .flatten()
+            {
                 announce(&d, &mapper.reasons, state.threshold());
                 probe.maps().refill(budget)?;
                 stacks.switch_on(&mut probe, ksyms, mapper, d.switch.to())?;
