@@ -113,9 +113,11 @@ struct {
 	__type(value, struct td_meta);
 } meta SEC(".maps");
 
+#define TD_SAMPLES_BYTES (1 << 22)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, TD_SAMPLES_BYTES);
 } samples SEC(".maps");
 
 /* A bare per-CPU counter, the cost baseline (--companion bare). */
@@ -580,7 +582,16 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 	if (cfg.user_stacks)
 		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
 						BPF_F_USER_STACK);
-	bpf_ringbuf_submit(e, 0);
+	/*
+	 * No wake-up per stack: topdown reads the buffer on its 50 ms ticks.
+	 * Woken for each stack, it entered the kernel once per stack, and with
+	 * FUNC on the system-call path that call was counted and captured in
+	 * turn: topdown fed itself. Past half full it is woken, so a burst
+	 * between two ticks does not fill the buffer.
+	 */
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > TD_SAMPLES_BYTES / 2 ?
+				      BPF_RB_FORCE_WAKEUP :
+				      BPF_RB_NO_WAKEUP);
 	c->stack[TD_STACK_EMITTED]++;
 }
 

@@ -74,14 +74,16 @@ impl Capture {
         })
     }
 
-    /// Sleeps until samples arrive or `timeout` passes.
+    /// Sleeps until the buffer is half full or `timeout` passes, then reads
+    /// what is there: the program wakes no reader for each stack.
     pub(crate) fn wait(&self, timeout: Duration) -> Result<()> {
         match self.ring.poll(timeout) {
             Err(e) if e.kind() != libbpf_rs::ErrorKind::Interrupted => {
-                Err(Error::bpf("polling the ring buffer", e))
+                return Err(Error::bpf("polling the ring buffer", e));
             }
-            _ => Ok(()),
+            _ => {}
         }
+        self.drain()
     }
 
     /// Reads what is left in the buffer without waiting.
