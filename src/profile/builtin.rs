@@ -357,12 +357,23 @@ mod domain_tests {
             deep(&r),
             [("__get_user_pages", Some("GUP"), vec!["REMOTE", "EXEC"])]
         );
-        assert_eq!(r.missing, ["faultin_page"]);
+        // do_page_fault is arm64's.
+        assert_eq!(r.missing, ["do_page_fault", "faultin_page"]);
         // An inlined faultin_page is a plain route for debug info to match.
         assert_eq!(
             r.source_routes,
-            [("faultin_page".to_string(), "GUP".to_string())]
+            [
+                ("do_page_fault".to_string(), "USER".to_string()),
+                ("faultin_page".to_string(), "GUP".to_string())
+            ]
         );
         assert_eq!(r.deep_rule_ranges(), 5);
+        // arm64: the CPU's faults come through do_page_fault.
+        let arm64 = ksyms(&["handle_mm_fault", "do_page_fault", "fixup_user_fault"]);
+        let r = resolve(&p, &arm64).unwrap();
+        assert_eq!(
+            routes(&r),
+            [("do_page_fault", "USER"), ("fixup_user_fault", "FIXUP")]
+        );
     }
 }
