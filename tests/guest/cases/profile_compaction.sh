@@ -5,7 +5,8 @@
 # defrag=defer wake kswapd, which wakes kcompactd (KCOMPACTD), THP faults with
 # defrag=always compact directly (DIRECT), and raising vm.compaction_proactiveness
 # starts proactive compaction (PROACTIVE, one call per populated zone and round). Each
-# must have >= 95% of its window's calls, and the reasons of the other triggers none.
+# must have >= 95% of its window's calls (DIRECT: 80%, see below), and the reasons of
+# the other triggers none.
 . "$TD_LIB"
 need_cmd topdown memhog
 need_func compact_zone
@@ -38,9 +39,11 @@ td_stop INT
 expect_eq "SYSCTL (compact_memory + node0/compact)" "$(reason_count SYSCTL)" $((2 * zones))
 expect_none $(others SYSCTL)
 
-# Fragment what is left after the hugetlb pages, keeping ~80 MB in large blocks.
+# Fragment what is left after the hugetlb pages, keeping ~80 MB in large blocks. 300 MB
+# are left: with 250 the OOM killer ended the fragmenting memhog once in CI, and the
+# defer window then had large blocks for every fault and no kcompactd work.
 free_mb() { awk '$1 == "MemFree:" { print int($2 / 1024) }' /proc/meminfo; }
-echo $((($(free_mb) - 250) / 2)) >$S/nr_hugepages
+echo $((($(free_mb) - 300) / 2)) >$S/nr_hugepages
 fill=$(($(free_mb) - 80))
 echo "hugetlb pages: $(cat $S/nr_hugepages), fragmenting $fill MB"
 memhog -f $fill -w >"$TD_TMP/frag.out" 2>&1 &
@@ -56,6 +59,7 @@ thp_run() {
 	echo "$_d" >$T/defrag
 	rm -f "$TD_TMP/go"
 	memhog "$@" -g "$TD_TMP/go" -t "$_n" -w >"$TD_TMP/thp-$_d.out" 2>&1 &
+	LAST_HOG=$!
 	HOGS="$HOGS $!"
 	wait_line "$TD_TMP/thp-$_d.out" "memhog: ready"
 	td_start compact_zone
@@ -70,15 +74,27 @@ thp_run() {
 # defer: the faults wake kswapd for order 9 and, once it sleeps again with no large
 # block free, kswapd wakes kcompactd; 100 ms apart, so that faults keep coming after
 # kswapd has slept (lazyfree memory gives it something to reclaim).
-thp_run defer 60 -l 64 -s 100000
+# Whether kswapd gets to wake kcompactd depends on what reclaim finds (under TCG, a run
+# in some tens may see no compaction at all): then the try is repeated with the memory
+# of the last given back. What is checked is the attribution of the calls that come.
+for try in 1 2 3 4; do
+	thp_run defer 60 -l 48 -s 100000
+	[ "$(summary_num total)" -eq 0 ] || break
+	echo "defrag=defer: no compaction in try $try"
+	kill $LAST_HOG
+	wait $LAST_HOG 2>/dev/null
+	sleep 2
+done
 expect_share KCOMPACTD 95
 expect_none $(others KCOMPACTD)
 # Let kcompactd finish what the last faults asked of it.
 sleep 3
 
+# The faults that fail to compact wake kswapd, and kswapd may wake kcompactd (once seen
+# on arm64: 1 KCOMPACTD call beside 20 DIRECT): KCOMPACTD is allowed here, no other.
 thp_run always 60
-expect_share DIRECT 95
-expect_none $(others DIRECT)
+expect_share DIRECT 80
+expect_none PROACTIVE SYSCTL
 
 echo never >$T/defrag
 td_start compact_zone
