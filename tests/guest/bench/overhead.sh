@@ -41,6 +41,13 @@ fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-r
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
 kprobe, counting only|--kprobe --no-auto
 EOC
+# TD_BENCH_QUICK=1 (the default suite's bench_quick case): one short round of the first
+# rows and the kprobe one, to show that the script still works; no figure to keep.
+if [ -n "${TD_BENCH_QUICK:-}" ]; then
+	N=2000 ROUNDS=1 WINDOWS=2 WINDOW_READS=1000
+	awk -F'|' 'NR <= 2 || $1 ~ /^kprobe/' "$TD_TMP/configs" >"$TD_TMP/configs.quick"
+	mv "$TD_TMP/configs.quick" "$TD_TMP/configs"
+fi
 
 # The bpftrace rows, "bpftrace MODE PROGRAM" (MODE: the bare counter to compare with).
 # bpftrace before 0.20 spells fentry "kfunc".

@@ -19,6 +19,9 @@ need_cmd topdown timeto taskset
 need_func vfs_read
 
 RUNS=${TD_BENCH_RUNS:-7}
+# TD_BENCH_QUICK=1 (the default suite's bench_quick case): one run after the warm-up, to
+# show that the script still works; no figure to keep.
+[ -z "${TD_BENCH_QUICK:-}" ] || RUNS=1
 thp=deferred_split_folio
 grep -q " [tT] $thp\$" /proc/kallsyms || thp=deferred_split_huge_page
 
