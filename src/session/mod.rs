@@ -6,6 +6,8 @@
 
 mod capture;
 mod poll;
+#[cfg(test)]
+mod poll_bench;
 mod rates;
 mod state;
 mod trigger;

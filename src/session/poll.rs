@@ -29,13 +29,28 @@ impl Poller {
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
-        let mut totals = maps.counts()?;
+        let counts = maps.counts()?;
+        let pending = maps.pending()?;
+        self.merge(counts, pending, |ret| {
+            resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
+        })
+    }
+
+    /// The per-slot counts with the pending sites' counts added, each
+    /// under its site's slot; `resolve` gives a site seen for the first
+    /// time its slot. No kernel: `totals` does the reading.
+    pub(crate) fn merge(
+        &mut self,
+        mut totals: Vec<u64>,
+        pending: Vec<(u64, u64)>,
+        mut resolve: impl FnMut(u64) -> Result<u32>,
+    ) -> Result<Vec<u64>> {
         totals.resize(NR_SLOTS, 0);
-        for (ret, n) in maps.pending()? {
+        for (ret, n) in pending {
             let slot = match self.sites.get(&ret) {
                 Some(&s) => s,
                 None => {
-                    let s = resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)?;
+                    let s = resolve(ret)?;
                     self.sites.insert(ret, s);
                     s
                 }

@@ -1,18 +1,35 @@
 # Overhead benchmark (prints figures; it checks only that every measurement was made).
 # Software emulation distorts absolute times, so every figure is a ratio against a
 # baseline of the same guest run, and configurations are measured in interleaved
-# rounds (A B C ... A B C ...), keeping the best of each:
-#   - readloop's time per read() of /dev/zero, untraced and with topdown on vfs_read;
+# rounds (A B C ... A B C ...):
+#   - readloop's time per read() of /dev/zero, untraced and with topdown alone on
+#     vfs_read, the best of the rounds; and over that whole run, the counting program's
+#     cost per call (topdown's own figure, from the same statistics below), the best of
+#     the rounds: with stacks captured at a set rate, what a call costs depends on the
+#     call rate, and this run's is steady;
 #   - the counting program's own cost per call (kernel.bpf_stats_enabled=1:
-#     run_time_ns / run_cnt), next to an empty fentry program's on the same function.
+#     run_time_ns / run_cnt, read with bpftool), against the bare per-CPU counter that
+#     topdown attaches beside it in the same mode (--companion bare), in a second run of
+#     each row: both read over WINDOWS short windows of WINDOW_READS reads per round;
+#     each program's figure is the median over all its windows;
+#   - bpftrace's one-liners on the same function, if the guest has bpftrace
+#     (tests/guest/run --bpftrace): their programs' cost per call over the same windows,
+#     against the bare counter of the same mode beside topdown's counting-only row.
+# Why windows: a host busy with other work stalls the guest now and then, and the
+# guest's clock runs on, so a stall counts into whatever BPF program runs at the time;
+# over a long run a few stalls make a program look several times dearer. Most short
+# windows see no stall, and the median keeps to those.
 # Everything runs on CPU 0: under single-threaded TCG both vCPUs take turns on one host
 # thread, so work on CPU 1 would count into CPU 0's BPF run times.
+# case-timeout: 1500
 . "$TD_LIB"
-need_cmd topdown readloop taskset
+need_cmd topdown readloop taskset bpftool
 need_func vfs_read
 
 N=${TD_BENCH_READS:-200000}
 ROUNDS=${TD_BENCH_ROUNDS:-5}
+WINDOWS=${TD_BENCH_WINDOWS:-10}
+WINDOW_READS=${TD_BENCH_WINDOW_READS:-5000}
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 
 # The configurations: a label, then topdown's arguments ("-" for none: untraced).
@@ -24,61 +41,188 @@ fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-r
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
 kprobe, counting only|--kprobe --no-auto
 EOC
+# TD_BENCH_QUICK=1 (the default suite's bench_quick case): one short round of the first
+# rows and the kprobe one, to show that the script still works; no figure to keep.
+if [ -n "${TD_BENCH_QUICK:-}" ]; then
+	N=2000 ROUNDS=1 WINDOWS=2 WINDOW_READS=1000
+	awk -F'|' 'NR <= 2 || $1 ~ /^kprobe/' "$TD_TMP/configs" >"$TD_TMP/configs.quick"
+	mv "$TD_TMP/configs.quick" "$TD_TMP/configs"
+fi
 
-# one ARGS...: one round; prints "NS_PER_READ BPF_NS EMPTY_NS" (0 where not measured).
-one() {
-	if [ "$1" = - ]; then
-		echo "$(taskset -c 0 readloop $N 2>&1 >/dev/null | sed -n 's/.*ns_per_read=//p') 0 0"
-		return
-	fi
+# The bpftrace rows, "bpftrace MODE PROGRAM" (MODE: the bare counter to compare with).
+# bpftrace before 0.20 spells fentry "kfunc".
+bt_version=
+if command -v bpftrace >/dev/null 2>&1; then
+	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
+	bt_fentry=kfunc
+	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
+	# With this variable set, bpftrace prints the line once its probes are attached (the
+	# hook its own runtime tests wait on); one without it says "Attaching" before that.
+	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
+	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+	cat >>"$TD_TMP/configs" <<EOC
+bpftrace $bt_version, $bt_fentry:vfs_read { @n = count(); }|bpftrace fentry $bt_fentry:vfs_read { @n = count(); }
+bpftrace $bt_version, kprobe:vfs_read { @[kstack(2)] = count(); }|bpftrace kprobe kprobe:vfs_read { @[kstack(2)] = count(); }
+EOC
+else
+	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
+fi
+
+# read_ns: one readloop of N reads on CPU 0, its ns per read.
+read_ns() { taskset -c 0 readloop "$N" 2>&1 >/dev/null | sed -n 's/.*ns_per_read=//p'; }
+
+# progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
+progs() {
+	bpftool prog show 2>/dev/null |
+		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
+}
+
+# prog_id PATTERN: the newest loaded program whose name matches PATTERN (an ERE).
+prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
+
+# windows I ROUND KIND:ID...: WINDOWS windows of WINDOW_READS reads on CPU 0; for each
+# window and program ID, "I ROUND KIND NS_PER_CALL" in results.
+windows() {
+	_i=$1 _r=$2
+	shift 2
+	progs >"$TD_TMP/snap0"
+	_w=0
+	while [ $_w -lt "$WINDOWS" ]; do
+		_w=$((_w + 1))
+		taskset -c 0 readloop "$WINDOW_READS" >/dev/null 2>&1 || fail "readloop failed"
+		progs >"$TD_TMP/snap1"
+		for _p in "$@"; do
+			awk -v id="${_p#*:}" -v what="$_i $_r ${_p%%:*}" -v min="$WINDOW_READS" '
+				FILENAME != f { n++; f = FILENAME }
+				$1 == id { t[n] = $3; c[n] = $4 }
+				END {
+					if (c[2] - c[1] < min) {
+						printf "program %s ran %d times in a window of %d reads\n", id, c[2] - c[1], min
+						exit 1
+					}
+					printf "%s %.1f\n", what, (t[2] - t[1]) / (c[2] - c[1])
+				}' "$TD_TMP/snap0" "$TD_TMP/snap1" >"$TD_TMP/window" || fail "$(cat "$TD_TMP/window")"
+			cat "$TD_TMP/window" >>"$TD_TMP/results"
+		done
+		mv "$TD_TMP/snap1" "$TD_TMP/snap0"
+	done
+}
+
+# td_run ARGS: topdown ARGS on vfs_read until td_stop, attached and settled.
+td_run() {
 	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
 	rm -f "$TD_OUT" "$TD_ERR"
-	extra=
-	case " $* " in *" --fentry "*) extra="--companion fentry" ;; esac
 	# shellcheck disable=SC2086
-	taskset -c 0 topdown vfs_read --no-profile -q "$@" $extra --json >"$TD_OUT" 2>"$TD_ERR" &
+	taskset -c 0 topdown vfs_read --no-profile -q $1 --json >"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	wait_line "$TD_ERR" "Ctrl-C to end"
 	sleep 1 # let the symbolizer warm up, after attaching
-	v=$(taskset -c 0 readloop $N 2>&1 >/dev/null | sed -n 's/.*ns_per_read=//p')
-	td_stop INT >/dev/null
-	[ "$TD_RC" = 0 ] || fail "topdown $* exited with $TD_RC: $(cat "$TD_ERR")"
-	b=$(echo "$TD_SUMMARY" | grep -o '"bpf":{"run_cnt":[0-9]*,"run_time_ns":[0-9]*' |
-		sed -E 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+)/\1 \2/' | awk '{ printf "%d", $2 / $1 }')
-	e=$(echo "$TD_SUMMARY" | grep -o '"stats":{"run_cnt":[0-9]*,"run_time_ns":[0-9]*' |
-		sed -E 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+)/\1 \2/' | awk '{ printf "%d", $2 / $1 }')
-	echo "$v ${b:-0} ${e:-0}"
 }
 
+# one I ROUND ARGS: one round of configuration I; adds its figures to results:
+# "I ROUND read NS_PER_READ", "I ROUND mode MODE", and per window "I ROUND prog NS" (and
+# "I ROUND bare NS" and "I ROUND whole NS", over the whole first run, for topdown's rows).
+one() {
+	case $3 in
+	-)
+		echo "$1 $2 read $(read_ns)" >>"$TD_TMP/results"
+		;;
+	"bpftrace "*)
+		prog=${3#bpftrace }
+		mode=${prog%% *}
+		prog=${prog#* }
+		out=$TD_TMP/bt.out
+		rm -f "$out"
+		__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$prog" >"$out" 2>&1 &
+		pid=$!
+		k=0
+		until grep -qs "$bt_attached" "$out"; do
+			kill -0 $pid 2>/dev/null || fail "bpftrace -e '$prog' ended: $(cat "$out")"
+			k=$((k + 1))
+			[ $k -lt 1200 ] || fail "bpftrace -e '$prog' did not attach within 120 s"
+			sleep 0.1
+		done
+		sleep $bt_settle
+		echo "$1 $2 read $(read_ns)" >>"$TD_TMP/results"
+		# Its program: the one that ran most (bpftrace alone is tracing now).
+		id=$(progs | sort -k4 -n | tail -1 | cut -d' ' -f1)
+		windows "$1" "$2" "prog:$id"
+		echo "$1 $2 mode $mode" >>"$TD_TMP/results"
+		kill -INT $pid
+		wait $pid
+		;;
+	*)
+		# Two runs: readloop's wall time with topdown alone, then the program's cost
+		# over windows next to the bare counter's.
+		td_run "$3"
+		echo "$1 $2 read $(read_ns)" >>"$TD_TMP/results"
+		td_stop INT >/dev/null
+		[ "$TD_RC" = 0 ] || fail "topdown $3 exited with $TD_RC: $(cat "$TD_ERR")"
+		echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
+			sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
+			awk -v what="$1 $2 whole" '$1 > 0 { printf "%s %.1f\n", what, $2 / $1 }' >>"$TD_TMP/results"
+		td_run "$3 --companion bare"
+		mode=$(progs | awk '$2 ~ /^td_(fentry|kprobe)$/ { m = $2 } END { sub(/^td_/, "", m); print m }')
+		[ -n "$mode" ] || fail "topdown $3: no td_fentry or td_kprobe program loaded: $(progs)"
+		windows "$1" "$2" "prog:$(prog_id "^td_$mode\$")" "bare:$(prog_id "^td_bare_$mode\$")"
+		echo "$1 $2 mode $mode" >>"$TD_TMP/results"
+		td_stop INT >/dev/null
+		[ "$TD_RC" = 0 ] || fail "topdown $3 --companion bare exited with $TD_RC: $(cat "$TD_ERR")"
+		;;
+	esac
+}
+
+set -f # bpftrace's programs hold [ and *
 : >"$TD_TMP/results"
 for r in $(seq "$ROUNDS"); do
 	i=0
 	while IFS='|' read -r label args; do
 		i=$((i + 1))
-		# shellcheck disable=SC2086
-		set -- $args
-		res=$(one "$@") || exit 1
-		echo "$i $res" >>"$TD_TMP/results"
+		(one $i "$r" "$args") || exit 1
 	done <"$TD_TMP/configs"
 done
 
-# best I COLUMN: the smallest non-zero figure of config I in COLUMN (2 read, 3 bpf, 4 empty).
-best() {
-	awk -v i="$1" -v c="$2" '$1 == i && $c > 0 && (m == "" || $c < m) { m = $c } END { print m + 0 }' "$TD_TMP/results"
+# stats: "MEDIAN MIN MAX" of the numbers on stdin, one a line (nothing if none).
+stats() {
+	sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%.3f %.3f %.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[1], v[NR] }'
 }
+ns() { awk -v v="$1" 'BEGIN { printf "%.1f", v }'; }
+# fig I KIND [ROUND]: the figures of config I of KIND (of ROUND, or all), one a line.
+fig() { awk -v i="$1" -v k="$2" -v r="${3:-}" '$1 == i && $3 == k && (r == "" || $2 == r) { print $4 }' "$TD_TMP/results"; }
+median() { fig "$@" | stats | cut -d' ' -f1; }
+best() { fig "$1" "$2" | stats | cut -d' ' -f2; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+# round_ratios I: "MIN-MAX" over the rounds of config I's median program cost over its
+# bare counter's median.
+round_ratios() {
+	for r in $(seq "$ROUNDS"); do
+		ratio "$(median "$1" prog "$r")" "$(median "$1" bare "$r")"
+		echo
+	done | stats | awk '{ printf "%.2f-%.2f", $2, $3 }'
+}
 
-echo "bench: kernel $TD_KERNEL, $N reads of /dev/zero on CPU 0, best of $ROUNDS interleaved rounds, software emulation (ratios only)"
-base=$(best 1 2) nogate=$(best 2 3)
+echo "bench: kernel $TD_KERNEL, CPU 0, $ROUNDS interleaved rounds, software emulation (ratios only); read and whole run: the best round's run of $N reads of /dev/zero; BPF: the median over $WINDOWS windows of $WINDOW_READS reads a round (rounds: the range of each round's own ratio)"
+base=$(best 1 read)
 i=0
+counting_fentry= counting_kprobe= bare_fentry= bare_kprobe= whole_fentry= whole_kprobe=
 while IFS='|' read -r label args; do
 	i=$((i + 1))
-	read_ns=$(best $i 2) bpf_ns=$(best $i 3) empty_ns=$(best $i 4)
-	[ "$read_ns" -gt 0 ] || fail "no figure for $label"
-	line="bench: $label: read $read_ns ns = $(ratio "$read_ns" "$base")x untraced"
-	if [ "$bpf_ns" -gt 0 ]; then
-		line="$line; BPF $bpf_ns ns/call = $(ratio "$bpf_ns" "$nogate")x counting only"
-		[ "$empty_ns" -gt 0 ] && line="$line, $(ratio "$bpf_ns" "$empty_ns")x an empty fentry program ($empty_ns ns)"
+	read=$(best $i read)
+	[ -n "$read" ] || fail "no figure for $label"
+	mode=$(fig $i mode | head -1)
+	prog=$(median $i prog) bare=$(median $i bare) whole=$(best $i whole)
+	line="bench: $label: read $(ns "$read") ns = $(ratio "$read" "$base")x untraced"
+	if [ -n "$bare" ]; then
+		# The first row of a mode is its counting-only one: the reference for the rest.
+		eval "c=\$counting_$mode w=\$whole_$mode"
+		if [ -z "$c" ]; then
+			eval "counting_$mode=$prog bare_$mode=$bare whole_$mode=$whole"
+			c=$prog w=$whole
+		fi
+		line="$line; BPF $(ns "$prog") ns/call = $(ratio "$prog" "$bare")x the bare $mode counter beside it ($(ns "$bare") ns; rounds $(round_ratios $i)x), $(ratio "$prog" "$c")x counting only; whole run $(ns "$whole") ns/call = $(ratio "$whole" "$w")x counting only"
+	elif [ -n "$prog" ]; then
+		eval "b=\$bare_$mode"
+		line="$line; BPF $(ns "$prog") ns/call = $(ratio "$prog" "$b")x the bare $mode counter beside topdown's counting-only row ($(ns "$b") ns)"
 	fi
 	echo "$line"
 done <"$TD_TMP/configs"
