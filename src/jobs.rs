@@ -14,6 +14,7 @@ use crate::bpf::attach::{self, Storage};
 use crate::bpf::pin::{self, Meta};
 use crate::bpf::probe::{Companion, Probe};
 use crate::error::{Error, Result};
+use crate::filter::Filter;
 use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::plan::{Load, Pin, Show, Target, Trace};
@@ -239,6 +240,7 @@ fn attach_target<'obj>(
         callers,
         rules,
         stacks: extra.stacks,
+        filter: extra.filter,
     };
     let attached = attach::attach(
         storage,
@@ -314,6 +316,8 @@ struct Extra {
     companion: Option<Companion>,
     /// Stack capture can be switched on.
     stacks: bool,
+    /// Which calls count.
+    filter: Filter,
 }
 
 fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
@@ -341,6 +345,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         verify_caller: t.verify_caller,
         companion: t.companion,
         stacks: t.trigger.auto || t.stack_on.is_some(),
+        filter: t.filter.clone(),
     };
     let attached = attach_target(
         &mut storage,
@@ -359,6 +364,9 @@ pub fn trace(t: Trace) -> Result<Status> {
             attached.fallback.as_deref()
         )
     );
+    if let Some(f) = t.filter.describe() {
+        eprintln!("topdown: counting only calls {f}");
+    }
     let mut loaded = set_up(attached, &t.target, t.max_reasons, t.stack_on.as_deref())?;
     let stack_on = loaded.stack_on;
     let ctx = Context {
@@ -368,6 +376,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         stack_on,
         symbols: Symbols::new(loaded.vmlinux, t.session.verbose),
         info,
+        filter: t.filter.clone(),
     };
     let sum = session::run(
         loaded.probe,
@@ -423,6 +432,9 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         mode_line(func, &meta.mode, meta.fallback.as_deref()),
         report::text::clock_at(meta.pinned_at)
     );
+    if let Some(f) = &meta.filter {
+        eprintln!("topdown: counting only calls {f} (fixed by topdown pin)");
+    }
     let ctx = Context {
         ksyms: &ksyms,
         mapper: &mut mapper,
@@ -430,6 +442,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         stack_on,
         symbols: Symbols::new(meta.vmlinux.clone(), t.session.verbose),
         info,
+        filter: Filter::default(),
     };
     let sum = session::run(
         inst.probe,
@@ -456,6 +469,7 @@ pub fn pin(p: Pin) -> Result<()> {
     // left out (the pinning process is gone soon).
     let extra = Extra {
         stacks: true,
+        filter: p.filter.clone(),
         ..Extra::default()
     };
     let attached = attach_target(&mut storage, &p.target, p.max_reasons, &p.load, extra, None)?;
@@ -476,6 +490,7 @@ pub fn pin(p: Pin) -> Result<()> {
         user_stacks: p.load.user_stacks,
         depth: p.load.depth,
         sample: p.load.sample,
+        filter: p.filter.describe(),
         kernel,
         boot_id,
         pinned_at: std::time::SystemTime::now()

@@ -12,6 +12,7 @@ use crate::cli::{
     CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
 };
 use crate::error::{Error, Result};
+use crate::filter::Filter;
 use crate::profile::{self, Profile};
 use crate::report::compare::{Baseline, VerifyConfig};
 use crate::report::saved::{self, Saved};
@@ -58,6 +59,8 @@ pub struct Pin {
     pub(crate) target: Target,
     pub(crate) max_reasons: usize,
     pub(crate) load: Load,
+    /// --cgroup and --cpu (no --pid: a pin outlives processes).
+    pub(crate) filter: Filter,
 }
 
 /// `topdown show`.
@@ -97,6 +100,8 @@ pub struct Trace {
     pub(crate) load_options: Vec<&'static str>,
     pub(crate) trigger: TriggerConfig,
     pub(crate) session: session::Options,
+    /// Which calls count.
+    pub(crate) filter: Filter,
     /// --folded and --save, checked writable.
     pub(crate) folded: Option<PathBuf>,
     pub(crate) save: Option<PathBuf>,
@@ -112,6 +117,7 @@ impl Plan {
                     target: target(&p.func, &p.profile)?,
                     max_reasons: p.profile.max_reasons as usize,
                     load: load(&p.mode, &p.capture, None)?,
+                    filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
                 })),
                 p.verbose,
             ),
@@ -236,6 +242,9 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
         (t.capture.sample != 1, "--sample"),
         (t.verify_caller, "--verify-caller"),
         (t.companion.is_some(), "--companion"),
+        (!t.filter.pids.is_empty(), "--pid"),
+        (t.filter.cgroup.is_some(), "--cgroup"),
+        (t.filter.cpus.is_some(), "--cpu"),
     ]
     .into_iter()
     .filter_map(|(given, name)| given.then_some(name))
@@ -259,7 +268,10 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             saved::check_writable(path, option)?;
         }
     }
+    let f = &t.filter;
+    let filter = Filter::check(&f.pids, f.cgroup.as_deref(), f.cpus.as_ref())?;
     Ok(Trace {
+        filter,
         target: target(func, &t.profile)?,
         load: load(&t.mode, &t.capture, companion)?,
         companion,
@@ -430,6 +442,27 @@ mod tests {
             "--save and --baseline take one pinned function: name one"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn filters_that_can_never_match_are_refused_before_anything_is_loaded() {
+        let err = |args: &[&str]| plan(args).unwrap_err().to_string();
+        assert_eq!(
+            err(&["topdown", "vfs_read", "-p", "8388608"]),
+            "--pid 8388608: no such process"
+        );
+        assert_eq!(
+            err(&["topdown", "vfs_read", "--cgroup", "/proc"]),
+            "--cgroup /proc: not a cgroup v2 directory"
+        );
+        assert!(err(&["topdown", "vfs_read", "-C", "8191"]).starts_with("--cpu 8191: "));
+        assert!(err(&["topdown", "pin", "vfs_read", "-C", "8191"]).starts_with("--cpu 8191: "));
+        let me = std::process::id().to_string();
+        let t = trace_of(&["topdown", "vfs_read", "-p", &me, "-C", "0"]);
+        assert_eq!(t.filter.tgids(), [std::process::id()]);
+        assert_eq!(t.filter.cpus.as_deref(), Some(&[0][..]));
+        assert_eq!(t.load_options, ["--pid", "--cpu"]);
+        assert!(trace_of(&["topdown", "vfs_read"]).filter.is_empty());
     }
 
     #[test]

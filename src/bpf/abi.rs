@@ -6,6 +6,7 @@
 use std::mem::size_of;
 
 use crate::bpf::skel::types;
+use crate::filter::{Filter, MAX_CPUS};
 
 /// Reason slots in the per-CPU counter array.
 pub(crate) const NR_SLOTS: usize = types::td_abi::TD_NR_SLOTS.0 as usize;
@@ -87,6 +88,9 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<DeepRule>,
     /// Stacks may be captured: compiles the capture gate in.
     pub(crate) stacks: bool,
+    /// Which calls count (the pids and the cgroup also go into maps, after
+    /// load: `probe::set_filter`).
+    pub(crate) filter: Filter,
 }
 
 impl Config {
@@ -112,6 +116,14 @@ impl Config {
             d.hi = r.hi;
             d.reason = r.reason;
             d.depth = r.depth.min(MAX_RULE_DEPTH);
+        }
+        let f = &self.filter;
+        dst.filter_pids = (!f.pids.is_empty()).into();
+        dst.filter_cgroup = f.cgroup.is_some().into();
+        dst.filter_cpus = f.cpus.is_some().into();
+        dst.cpus = [0; MAX_CPUS as usize / 64];
+        for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
+            dst.cpus[c as usize / 64] |= 1 << (c % 64);
         }
     }
 }
@@ -338,5 +350,27 @@ mod tests {
         assert_eq!(dst.nr_callers as usize, MAX_DEEP_CALLERS);
         assert_eq!(dst.rules[0].depth, MAX_RULE_DEPTH);
         assert_eq!(dst.callers[0].reason, 3);
+        assert_eq!(
+            (dst.filter_pids, dst.filter_cgroup, dst.filter_cpus),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn cpu_filters_become_a_bitmap() {
+        let mut dst = types::td_config::default();
+        Config {
+            filter: Filter {
+                cpus: Some(vec![0, 3, 64, MAX_CPUS - 1]),
+                ..Filter::default()
+            },
+            ..Config::default()
+        }
+        .write(&mut dst);
+        assert_eq!((dst.filter_cpus, dst.filter_pids), (1, 0));
+        assert_eq!(dst.cpus[0], 0b1001);
+        assert_eq!(dst.cpus[1], 1);
+        assert_eq!(dst.cpus[MAX_CPUS as usize / 64 - 1], 1 << 63);
+        assert_eq!(dst.cpus.iter().map(|w| w.count_ones()).sum::<u32>(), 4);
     }
 }

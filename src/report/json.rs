@@ -6,7 +6,8 @@ use serde::{Serialize, Serializer};
 
 use crate::report::compare::{Change, Comparison};
 use crate::report::{
-    CaptureSpan, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary, Verify,
+    CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ReasonStacks,
+    Summary, Verify,
 };
 
 /// The JSON schema version written into every object.
@@ -279,6 +280,7 @@ struct SummaryJson<'a> {
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    filter: Option<&'a FilterInfo>,
 }
 
 /// The final report as a JSON line (no newline).
@@ -324,6 +326,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         compare,
         baseline,
         verdict,
+        filter: sum.filter.as_ref(),
     })
 }
 
@@ -347,6 +350,7 @@ struct PinnedJson<'a> {
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    filter: Option<&'a str>,
 }
 
 /// A pinned instance's totals as a JSON line (no newline).
@@ -370,6 +374,7 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         compare,
         baseline,
         verdict,
+        filter: p.filter.as_deref(),
     })
 }
 
@@ -467,10 +472,10 @@ mod tests {
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 27, "{keys:?}");
+        assert_eq!(keys.len(), 28, "{keys:?}");
         assert_eq!(v["kernel"], "6.12.0");
         assert_eq!(v["start"], 1_700_000_000);
-        for k in ["profile", "compare", "baseline", "verdict"] {
+        for k in ["profile", "compare", "baseline", "verdict", "filter"] {
             assert_eq!(v[k], serde_json::Value::Null, "{k}");
         }
         assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);

@@ -129,6 +129,17 @@ impl Drops {
     }
 }
 
+/// The filters a run counted with (--pid, --cgroup, --cpu).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FilterInfo {
+    /// Processes (thread groups); empty: any.
+    pub(crate) pids: Vec<u32>,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) cpus: Option<Vec<u32>>,
+    /// In words, as the header says it.
+    pub(crate) text: String,
+}
+
 /// The cheap caller lookup checked against a full unwind (--verify-caller).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Verify {
@@ -219,6 +230,8 @@ pub(crate) struct Summary {
     pub(crate) companion: Option<(&'static str, Cost)>,
     /// With --baseline: the run against the baseline, and the verdict.
     pub(crate) compare: Option<Comparison>,
+    /// Which calls were counted (None: all).
+    pub(crate) filter: Option<FilterInfo>,
 }
 
 impl Summary {
@@ -245,6 +258,8 @@ pub(crate) struct Pinned {
     pub(crate) drops: Drops,
     /// With --baseline: the counts against the baseline, and the verdict.
     pub(crate) compare: Option<Comparison>,
+    /// The filter fixed at pin time, in words (None: every call counts).
+    pub(crate) filter: Option<String>,
 }
 
 impl Pinned {

@@ -174,6 +174,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         sum.mode,
         sum.phase.name()
     );
+    if let Some(f) = &sum.filter {
+        let _ = writeln!(s, "  counting only calls {}", f.text);
+    }
     table(&mut s, d, "TOTAL");
     if !sum.other_merges.is_empty() {
         let _ = writeln!(
@@ -279,6 +282,9 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         d.rate,
         p.mode,
     );
+    if let Some(f) = &p.filter {
+        let _ = writeln!(s, "  counting only calls {f}");
+    }
     let shown = Distribution {
         rows: d.rows.iter().filter(|r| r.count > 0).cloned().collect(),
         ..d.clone()
@@ -431,6 +437,7 @@ pub(crate) mod tests {
             cost: Cost::default(),
             companion: None,
             compare: None,
+            filter: None,
         }
     }
 
@@ -540,6 +547,7 @@ pub(crate) mod tests {
             },
             drops: Drops::default(),
             compare: None,
+            filter: None,
         };
         let t = pinned(&p);
         assert!(

@@ -17,9 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::maps::Maps;
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Probe, ProgStats};
 use crate::error::Result;
+use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
 use crate::report::compare::{self, Baseline, RunInfo, Side};
@@ -142,6 +144,9 @@ pub(crate) struct Context<'a> {
     pub(crate) symbols: Symbols,
     /// The kernel and profile, for the summary and the comparison.
     pub(crate) info: RunInfo,
+    /// Which calls count: the --pid filter's processes are watched, and
+    /// taken out of it when they exit.
+    pub(crate) filter: Filter,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
@@ -177,7 +182,9 @@ pub(crate) fn run(
         stack_on,
         symbols,
         info,
+        filter,
     } = ctx;
+    let mut watched = filter.pids.clone();
     let before = opts.baseline.as_ref().map(|b| b.saved.calls());
     let mut poller = Poller::default();
     // What the counters held at the start: a pinned instance has counted
@@ -256,6 +263,7 @@ pub(crate) fn run(
             continue;
         }
         let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+        watch_exits(&mut watched, probe.maps())?;
         let secs = (now - start).as_secs_f64();
         if now >= next_tick {
             if let Some(d) = state
@@ -336,6 +344,7 @@ pub(crate) fn run(
             companion: companion.map(|(kind, c)| (kind.name(), c)),
             verify_caller: opts.verify_caller,
             info: &info,
+            filter: filter.report(),
         },
         &mapper.reasons,
     );
@@ -394,7 +403,30 @@ pub(crate) fn snapshot(
         calls,
         drops: state::drops(slot(SLOT_NOT_FOUND), slot(SLOT_SITES_FULL), &stats, &prog),
         compare: None,
+        filter: meta.filter.clone(),
     })
+}
+
+/// Takes the processes of the pid filter that exited out of it (a new
+/// process given the same pid must not count), with a notice; not an
+/// error: counting goes on for the others, if any.
+fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
+    let mut i = 0;
+    while i < watched.len() {
+        if watched[i].alive() {
+            i += 1;
+            continue;
+        }
+        let p = watched.remove(i);
+        maps.drop_pid(p.pid)?;
+        let left = if watched.is_empty() {
+            "; no process of --pid is left: nothing more will be counted".to_string()
+        } else {
+            String::new()
+        };
+        eprintln!("topdown: pid {} ({}) exited{left}", p.pid, p.comm);
+    }
+    Ok(())
 }
 
 /// The notice of a switch of capture, on stderr.

@@ -10,7 +10,8 @@ use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::compare::RunInfo;
 use crate::report::{
-    CaptureSpan, Cost, Drops, IntervalReport, Phase, ReasonStacks, Stack, Summary, Verify,
+    CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, ReasonStacks, Stack, Summary,
+    Verify,
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
@@ -31,6 +32,7 @@ pub(crate) struct End<'a> {
     pub(crate) companion: Option<(&'static str, ProgStats)>,
     pub(crate) verify_caller: bool,
     pub(crate) info: &'a RunInfo,
+    pub(crate) filter: Option<FilterInfo>,
 }
 
 /// A stretch of capture of one reason.
@@ -247,6 +249,7 @@ impl State {
             cost: cost(end.prog),
             companion: end.companion.map(|(k, p)| (k, cost(p))),
             compare: None,
+            filter: end.filter.clone(),
         }
     }
 }
@@ -311,6 +314,7 @@ mod tests {
             },
             companion: None,
             verify_caller: false,
+            filter: None,
         }
     }
 
