@@ -48,7 +48,9 @@ mod tests {
                     user: vec!["main+0x5".into(), "_start+0x1".into()],
                 },
                 count: 2,
+                processes: vec![],
             }],
+            processes: vec![],
         };
         assert_eq!(
             folded(&[set], "deferred_split_folio"),

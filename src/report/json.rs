@@ -6,8 +6,8 @@ use serde::{Serialize, Serializer};
 
 use crate::report::compare::{Change, Comparison};
 use crate::report::{
-    CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ReasonStacks,
-    Summary, Verify,
+    CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ProcessCount,
+    ReasonStacks, Summary, Verify,
 };
 
 /// The JSON schema version written into every object.
@@ -52,17 +52,38 @@ fn rows(d: &Distribution) -> Vec<Row<'_>> {
 }
 
 #[derive(Serialize)]
-struct StackJson {
+struct ProcessJson<'a> {
+    comm: &'a str,
+    pid: u32,
     count: u64,
-    frames: Vec<String>,
 }
 
-fn stacks(st: Option<&ReasonStacks>, top: usize) -> Vec<StackJson> {
+/// The first `top` processes.
+fn processes(list: &[ProcessCount], top: usize) -> Vec<ProcessJson<'_>> {
+    list.iter()
+        .take(top)
+        .map(|p| ProcessJson {
+            comm: &p.process.comm,
+            pid: p.process.pid,
+            count: p.count,
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct StackJson<'a> {
+    count: u64,
+    frames: Vec<String>,
+    processes: Vec<ProcessJson<'a>>,
+}
+
+fn stacks(st: Option<&ReasonStacks>, top: usize) -> Vec<StackJson<'_>> {
     st.map_or(&[][..], |st| st.top(top))
         .iter()
         .map(|sc| StackJson {
             count: sc.count,
             frames: sc.stack.display(),
+            processes: processes(&sc.processes, top),
         })
         .collect()
 }
@@ -190,7 +211,7 @@ struct Interval<'a> {
     reasons: Vec<Row<'a>>,
     stack_reason: Option<&'a str>,
     stacks_captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
     compare: Option<Vec<ChangeJson<'a>>>,
 }
 
@@ -216,7 +237,8 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
 struct StackSet<'a> {
     reason: &'a str,
     captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
+    processes: Vec<ProcessJson<'a>>,
 }
 
 #[derive(Serialize)]
@@ -268,7 +290,7 @@ struct SummaryJson<'a> {
     stacks_matched: u64,
     stacks_sent: u64,
     stacks_captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
     captures: Vec<Capture<'a>>,
     verify: Option<Verify>,
@@ -311,6 +333,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
                 reason: &st.reason,
                 captured: st.captured,
                 stacks: stacks(Some(st), top),
+                processes: processes(&st.processes, top),
             })
             .collect(),
         captures: sum.captures.iter().map(Capture::of).collect(),
@@ -415,7 +438,7 @@ mod tests {
             ..iv
         };
         assert!(interval(&iv, 5).ends_with(
-            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"]}],\"compare\":null}"
+            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null}"
         ));
     }
 

@@ -54,11 +54,50 @@ impl Stack {
     }
 }
 
+/// A process a stack was captured in: its command name (the thread's, as
+/// the kernel has it) and pid (the thread group's).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Process {
+    pub(crate) comm: String,
+    pub(crate) pid: u32,
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.comm, self.pid)
+    }
+}
+
+/// A process and how many stacks were captured in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcessCount {
+    pub(crate) process: Process,
+    pub(crate) count: u64,
+}
+
+/// Processes by count, most first (ties by name and pid).
+pub(crate) fn rank_processes(
+    counts: impl IntoIterator<Item = (Process, u64)>,
+) -> Vec<ProcessCount> {
+    let mut v: Vec<ProcessCount> = counts
+        .into_iter()
+        .map(|(process, count)| ProcessCount { process, count })
+        .collect();
+    v.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.process.cmp(&b.process))
+    });
+    v
+}
+
 /// A distinct stack and how often it was captured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StackCount {
     pub(crate) stack: Stack,
     pub(crate) count: u64,
+    /// The processes it was captured in, most first.
+    pub(crate) processes: Vec<ProcessCount>,
 }
 
 /// The stacks captured of one reason, most frequent first.
@@ -68,11 +107,17 @@ pub(crate) struct ReasonStacks {
     /// Stacks captured in all (the sum of the counts).
     pub(crate) captured: u64,
     pub(crate) stacks: Vec<StackCount>,
+    /// The processes its stacks were captured in, most first.
+    pub(crate) processes: Vec<ProcessCount>,
 }
 
 impl ReasonStacks {
     pub(crate) fn top(&self, n: usize) -> &[StackCount] {
         &self.stacks[..n.min(self.stacks.len())]
+    }
+
+    pub(crate) fn top_processes(&self, n: usize) -> &[ProcessCount] {
+        &self.processes[..n.min(self.processes.len())]
     }
 }
 

@@ -25,7 +25,7 @@ use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
 use crate::report::compare::{self, Baseline, RunInfo, Side};
-use crate::report::{self, Pinned, ReasonRow, Stack, Summary};
+use crate::report::{self, Pinned, Process, ReasonRow, Stack, Summary};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
@@ -115,7 +115,11 @@ impl Stacks {
             let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
             let kernel = self.symbols.kernel(ksyms, &frames);
             let user = self.symbols.user(s.pid, &s.ustack);
-            state.add_stack(s.reason, Stack { kernel, user }, s.ts);
+            let process = Process {
+                comm: s.comm,
+                pid: s.pid,
+            };
+            state.add_stack(s.reason, Stack { kernel, user }, process, s.ts);
         }
     }
 

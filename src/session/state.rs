@@ -10,8 +10,8 @@ use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::compare::RunInfo;
 use crate::report::{
-    CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, ReasonStacks, Stack, Summary,
-    Verify,
+    CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, Process, ReasonStacks, Stack,
+    Summary, Verify,
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
@@ -141,8 +141,8 @@ impl State {
     }
 
     /// A captured stack of `reason`, taken at `ts_ns`.
-    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, ts_ns: u64) {
-        self.tallies.entry(reason).or_default().add(stack);
+    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, process: Process, ts_ns: u64) {
+        self.tallies.entry(reason).or_default().add(stack, process);
         if let Some(span) = self.spans.iter_mut().rev().find(|s| s.slot == reason) {
             span.stacks += 1;
             span.first_stack_ns.get_or_insert(ts_ns);
@@ -161,11 +161,12 @@ impl State {
         let iv = Interval::between(&self.prev, &totals, secs);
         self.prev = totals;
         let stacks = self.target().map(|t| {
-            let (captured, stacks) = self.tallies.entry(t).or_default().end_interval();
+            let (captured, stacks, processes) = self.tallies.entry(t).or_default().end_interval();
             ReasonStacks {
                 reason: reasons.name(t).to_string(),
                 captured,
                 stacks,
+                processes,
             }
         });
         IntervalReport {
@@ -198,11 +199,12 @@ impl State {
         let stacks = order
             .iter()
             .map(|&s| {
-                let (captured, stacks) = self.tallies.get(&s).unwrap_or(&empty).run();
+                let (captured, stacks, processes) = self.tallies.get(&s).unwrap_or(&empty).run();
                 ReasonStacks {
                     reason: reasons.name(s).to_string(),
                     captured,
                     stacks,
+                    processes,
                 }
             })
             .collect();
@@ -283,6 +285,13 @@ mod tests {
         }
     }
 
+    fn thp() -> Process {
+        Process {
+            comm: "thp".into(),
+            pid: 42,
+        }
+    }
+
     fn trigger(auto: bool) -> Trigger {
         Trigger::new(
             Config {
@@ -332,8 +341,8 @@ mod tests {
         let d = s.tick(2.1, 2_100, &totals(0, 50, 95)).unwrap();
         assert_eq!(d.switch, Switch::Start(3));
         assert_eq!(s.target(), Some(3));
-        s.add_stack(3, stack("zap"), 1_150);
-        s.add_stack(3, stack("zap"), 1_160);
+        s.add_stack(3, stack("zap"), thp(), 1_150);
+        s.add_stack(3, stack("zap"), thp(), 1_160);
         let iv = s.interval(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
         assert_eq!(iv.calls.total, 105);
         let st = iv.stacks.unwrap();
@@ -351,11 +360,11 @@ mod tests {
             s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
             Switch::Start(2)
         );
-        s.add_stack(2, stack("fault"), 520);
+        s.add_stack(2, stack("fault"), thp(), 520);
         assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
         let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
         assert_eq!(d.switch, Switch::Move { from: 2, to: 3 });
-        s.add_stack(3, stack("zap"), 2_040);
+        s.add_stack(3, stack("zap"), thp(), 2_040);
         let t = totals(4, 130, 500);
         let stats = Stats::with(
             &[(Stat::TD_STAT_OWN_CALLS, 5)],
