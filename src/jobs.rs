@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::bpf::abi::{Config, SLOT_NONE};
 use crate::bpf::attach::{self, Storage};
@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::host;
 use crate::kallsyms::Kallsyms;
-use crate::plan::{Load, Pin, Show, Target, Trace};
+use crate::plan::{Files, Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::{self, Mapper};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
@@ -67,31 +67,34 @@ fn warn_baseline(baseline: Option<&Baseline>, info: &RunInfo) {
     }
 }
 
-/// The files a run writes at exit, after its summary: the folded stacks
-/// and the result. One failing does not keep the other from being
-/// written; the last error is returned (an earlier one is printed).
-fn write_outputs(
-    sum: &Summary,
-    folded: Option<&Path>,
-    save: Option<&Path>,
-    top: usize,
-) -> Result<Status> {
+/// The files a run writes at exit, after its summary: --folded and
+/// --save, each checked writable at start. One failing
+/// does not keep the others from being written, and what it held is
+/// rescued (`saved::Output`); the last error is returned (earlier ones are
+/// printed).
+fn write_outputs(sum: &Summary, files: &Files, top: usize) -> Result<Status> {
     let mut failed: Option<Error> = None;
-    if let Some(path) = folded {
-        let text = report::folded::folded(&sum.stacks, &sum.func);
-        if let Err(e) = saved::write_file(path, &text) {
-            failed = Some(Error::msg(format!(
-                "--folded {}: cannot write it: {e}",
-                path.display()
-            )));
+    let mut fail = |e: Error| {
+        if let Some(prev) = failed.replace(e) {
+            eprintln!("topdown: {prev}");
         }
+    };
+    let pid = std::process::id();
+    let folded = report::folded::folded(&sum.stacks, &sum.func);
+    if let Some(path) = &files.folded {
+        let out = saved::Output {
+            option: "--folded",
+            path,
+            bytes: folded.as_bytes(),
+            what: "the folded stacks",
+            rescue: format!("topdown-{}-{pid}.folded", sum.func),
+            stderr: &folded,
+            stderr_what: "the folded stacks",
+        };
+        out.write().unwrap_or_else(&mut fail);
     }
-    if let Some(path) = save {
-        if let Err(e) = saved::save(path, &Saved::of_summary(sum, top)) {
-            if let Some(prev) = failed.replace(e) {
-                eprintln!("topdown: {prev}");
-            }
-        }
+    if let Some(path) = &files.save {
+        saved::save(path, &Saved::of_summary(sum, top)).unwrap_or_else(&mut fail);
     }
     match failed {
         Some(e) => Err(e),
@@ -386,7 +389,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         &stop,
         &mut io::stdout().lock(),
     )?;
-    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
+    write_outputs(&sum, &t.files, t.session.top)
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.
@@ -452,7 +455,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         &stop,
         &mut io::stdout().lock(),
     )?;
-    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
+    write_outputs(&sum, &t.files, t.session.top)
 }
 
 /// `topdown pin FUNC`: attaches tier 1 and pins it.

@@ -102,7 +102,14 @@ pub struct Trace {
     pub(crate) session: session::Options,
     /// Which calls count.
     pub(crate) filter: Filter,
-    /// --folded and --save, checked writable.
+    /// The files written at exit, checked writable.
+    pub(crate) files: Files,
+}
+
+/// The files a run writes at exit (--folded, --save),
+/// checked writable before anything is loaded.
+#[derive(Debug, Default)]
+pub struct Files {
     pub(crate) folded: Option<PathBuf>,
     pub(crate) save: Option<PathBuf>,
 }
@@ -197,6 +204,9 @@ fn show(s: &ShowArgs) -> Result<Show> {
 }
 
 fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
+    if let Some(v) = &p.vmlinux {
+        check_vmlinux(v)?;
+    }
     Ok(Target {
         profile: choose_profile(p, func)?,
         users_own: p.reasons.is_some() || p.rules.is_some(),
@@ -268,6 +278,7 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             saved::check_writable(path, option)?;
         }
     }
+
     let f = &t.filter;
     let filter = Filter::check(&f.pids, f.cgroup.as_deref(), f.cpus.as_ref())?;
     Ok(Trace {
@@ -296,9 +307,26 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             max_rate: t.max_rate,
             verbose: t.verbose,
         },
-        folded: t.folded.clone(),
-        save: t.save.clone(),
+        files: Files {
+            folded: t.folded.clone(),
+            save: t.save.clone(),
+        },
     })
+}
+
+/// A --vmlinux must be an ELF file this process can read: found out now,
+/// not after a long run when stacks are symbolized.
+fn check_vmlinux(path: &std::path::Path) -> Result<()> {
+    use std::io::Read;
+    let fail = |why: String| Error::msg(format!("--vmlinux {}: {why}", path.display()));
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if &magic != b"\x7fELF" {
+        return Err(fail("not an ELF file (a debug vmlinux is)".into()));
+    }
+    Ok(())
 }
 
 /// The profile the options ask for: a file, inline rules, a named
@@ -423,12 +451,28 @@ mod tests {
         let b = t.session.baseline.unwrap();
         assert_eq!(b.saved, saved);
         assert_eq!((b.verify.threshold, b.verify.drop), (60.0, 30.0));
-        assert_eq!(t.save.unwrap().display().to_string(), file("after.json"));
+        assert_eq!(
+            t.files.save.unwrap().display().to_string(),
+            file("after.json")
+        );
         let nowhere = file("no/such/dir/r.json");
         assert!(err(&["topdown", "vfs_read", "--save", &nowhere])
             .starts_with(&format!("--save {nowhere}: cannot write it: ")));
         assert!(err(&["topdown", "vfs_read", "--folded", &nowhere])
             .starts_with(&format!("--folded {nowhere}: cannot write it: ")));
+        // --vmlinux: readable, and an ELF file.
+        assert!(err(&["topdown", "vfs_read", "--vmlinux", &nowhere])
+            .starts_with(&format!("--vmlinux {nowhere}: cannot read it: ")));
+        assert_eq!(
+            err(&["topdown", "vfs_read", "--vmlinux", &file("dsf.json")]),
+            format!(
+                "--vmlinux {}: not an ELF file (a debug vmlinux is)",
+                file("dsf.json")
+            )
+        );
+        let exe = std::env::current_exe().unwrap();
+        let t = trace_of(&["topdown", "vfs_read", "--vmlinux", exe.to_str().unwrap()]);
+        assert_eq!(t.target.vmlinux.as_deref(), Some(exe.as_path()));
         // show: the baseline names the function; one function only.
         let Job::Show(s) = plan(&["topdown", "show", "--baseline", &file("dsf.json")])
             .unwrap()
