@@ -41,7 +41,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Trace FUNC, as `topdown FUNC` does (for a function named like a command).
-    Trace(TraceArgs),
+    Trace(Box<TraceArgs>),
     /// Attach tier 1 for FUNC and pin it in bpffs: it keeps counting with no topdown running.
     Pin(PinArgs),
     /// Print pinned functions' calls per reason since they were pinned.
@@ -194,6 +194,10 @@ pub struct TraceArgs {
     /// Write captured stacks, folded (flame graph input), to FILE at exit.
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
+
+    /// Write captured stacks as an interactive flame graph (SVG) to FILE at exit.
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
 
     /// Print NDJSON (one object per interval, then a summary) instead of tables.
     #[arg(long)]

@@ -67,8 +67,8 @@ fn warn_baseline(baseline: Option<&Baseline>, info: &RunInfo) {
     }
 }
 
-/// The files a run writes at exit, after its summary: --folded and
-/// --save, each checked writable at start. One failing
+/// The files a run writes at exit, after its summary: --folded,
+/// --flamegraph and --save, each checked writable at start. One failing
 /// does not keep the others from being written, and what it held is
 /// rescued (`saved::Output`); the last error is returned (earlier ones are
 /// printed).
@@ -93,6 +93,26 @@ fn write_outputs(sum: &Summary, files: &Files, top: usize) -> Result<Status> {
         };
         out.write().unwrap_or_else(&mut fail);
     }
+    if let Some(path) = &files.flamegraph {
+        let svg = report::flamegraph::svg(&folded, &sum.func, &flamegraph_subtitle(sum))
+            .unwrap_or_else(|empty| {
+                eprintln!(
+                    "topdown: --flamegraph {}: no stacks were captured; the flame graph says so",
+                    path.display()
+                );
+                empty
+            });
+        let out = saved::Output {
+            option: "--flamegraph",
+            path,
+            bytes: &svg,
+            what: "the flame graph",
+            rescue: format!("topdown-{}-{pid}.svg", sum.func),
+            stderr: &folded,
+            stderr_what: "its stacks, folded,",
+        };
+        out.write().unwrap_or_else(&mut fail);
+    }
     if let Some(path) = &files.save {
         saved::save(path, &Saved::of_summary(sum, top)).unwrap_or_else(&mut fail);
     }
@@ -100,6 +120,21 @@ fn write_outputs(sum: &Summary, files: &Files, top: usize) -> Result<Status> {
         Some(e) => Err(e),
         None => Ok(Status::of(sum.compare.as_ref())),
     }
+}
+
+/// The flame graph's subtitle: the run it comes from.
+fn flamegraph_subtitle(sum: &Summary) -> String {
+    let mut s = format!(
+        "{} in {:.1}s, kernel {}, {}",
+        report::calls(sum.calls.total),
+        sum.calls.secs,
+        sum.kernel,
+        sum.mode
+    );
+    if let Some(f) = &sum.filter {
+        s.push_str(&format!("; only calls {}", f.text));
+    }
+    s
 }
 
 /// `--list-profiles`: name, traced function and description of each.

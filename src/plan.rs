@@ -106,11 +106,12 @@ pub struct Trace {
     pub(crate) files: Files,
 }
 
-/// The files a run writes at exit (--folded, --save),
+/// The files a run writes at exit (--folded, --flamegraph, --save),
 /// checked writable before anything is loaded.
 #[derive(Debug, Default)]
 pub struct Files {
     pub(crate) folded: Option<PathBuf>,
+    pub(crate) flamegraph: Option<PathBuf>,
     pub(crate) save: Option<PathBuf>,
 }
 
@@ -273,7 +274,11 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
     };
     // Files first: a bad one is refused before anything is loaded.
     let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
-    for (path, option) in [(&t.save, "--save"), (&t.folded, "--folded")] {
+    for (path, option) in [
+        (&t.save, "--save"),
+        (&t.folded, "--folded"),
+        (&t.flamegraph, "--flamegraph"),
+    ] {
         if let Some(path) = path {
             saved::check_writable(path, option)?;
         }
@@ -309,6 +314,7 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
         },
         files: Files {
             folded: t.folded.clone(),
+            flamegraph: t.flamegraph.clone(),
             save: t.save.clone(),
         },
     })
@@ -460,6 +466,8 @@ mod tests {
             .starts_with(&format!("--save {nowhere}: cannot write it: ")));
         assert!(err(&["topdown", "vfs_read", "--folded", &nowhere])
             .starts_with(&format!("--folded {nowhere}: cannot write it: ")));
+        assert!(err(&["topdown", "vfs_read", "--flamegraph", &nowhere])
+            .starts_with(&format!("--flamegraph {nowhere}: cannot write it: ")));
         // --vmlinux: readable, and an ELF file.
         assert!(err(&["topdown", "vfs_read", "--vmlinux", &nowhere])
             .starts_with(&format!("--vmlinux {nowhere}: cannot read it: ")));

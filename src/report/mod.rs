@@ -4,6 +4,7 @@
 //! file (`saved`) to compare a later run with (`compare`).
 
 pub(crate) mod compare;
+pub(crate) mod flamegraph;
 pub(crate) mod folded;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
