@@ -213,6 +213,7 @@ struct Interval<'a> {
     stacks_captured: u64,
     stacks: Vec<StackJson<'a>>,
     compare: Option<Vec<ChangeJson<'a>>>,
+    drops: Drops,
 }
 
 /// One interval as a JSON line (no newline).
@@ -230,6 +231,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         stacks_captured: st.map_or(0, |s| s.captured),
         stacks: stacks(st, top),
         compare: iv.compare.as_deref().map(changes),
+        drops: iv.drops,
     })
 }
 
@@ -428,17 +430,18 @@ mod tests {
             calls: sample_calls(),
             stacks: None,
             compare: None,
+            drops: Drops::default(),
         };
         assert_eq!(
             interval(&iv, 5),
-            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null}"
+            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
         );
         let iv = IntervalReport {
             stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
             ..iv
         };
         assert!(interval(&iv, 5).ends_with(
-            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null}"
+            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
         ));
     }
 

@@ -134,6 +134,8 @@ pub(crate) struct IntervalReport {
     pub(crate) stacks: Option<ReasonStacks>,
     /// With --baseline: the interval's reasons against the baseline's.
     pub(crate) compare: Option<Vec<Change>>,
+    /// The interval's drops.
+    pub(crate) drops: Drops,
 }
 
 /// Drops and misses: calls not counted under their true reason, or stacks
@@ -160,6 +162,15 @@ pub(crate) struct Drops {
 }
 
 impl Drops {
+    /// The fields that are not zero, as `name=N`, names in words.
+    pub(crate) fn nonzero(&self) -> Vec<String> {
+        self.fields()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{}={v}", k.replace('_', " ")))
+            .collect()
+    }
+
     /// Every field with its name, in report order.
     pub(crate) fn fields(&self) -> [(&'static str, u64); 8] {
         [

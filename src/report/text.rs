@@ -33,8 +33,14 @@ fn table(out: &mut String, d: &Distribution, count_title: &str) {
 /// captured.
 pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
     let d = &iv.calls;
+    let drops = iv.drops.nonzero();
+    let drops = if drops.is_empty() {
+        String::new()
+    } else {
+        format!("; drops: {}", drops.join(", "))
+    };
     let mut s = format!(
-        "{}  {} in {:.2}s, {:.1}/s\n",
+        "{}  {} in {:.2}s, {:.1}/s{drops}\n",
         iv.clock,
         calls(d.total),
         d.secs,
@@ -510,6 +516,7 @@ pub(crate) mod tests {
             calls,
             stacks: None,
             compare: None,
+            drops: Drops::default(),
         }
     }
 
@@ -557,6 +564,17 @@ pub(crate) mod tests {
             "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
         ));
         assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
+    }
+
+    #[test]
+    fn nonzero_drops_show_on_the_interval_line() {
+        let mut iv = report(sample_calls());
+        assert!(interval(&iv, 5).starts_with("12:00:00  40 calls in 2.00s, 20.0/s\n"));
+        iv.drops.stacks_rate_capped = 12;
+        iv.drops.own_calls = 1;
+        assert!(interval(&iv, 5).starts_with(
+            "12:00:00  40 calls in 2.00s, 20.0/s; drops: stacks rate capped=12, own calls=1\n"
+        ));
     }
 
     #[test]

@@ -204,7 +204,7 @@ pub(crate) fn run(
     } else {
         (vec![0; NR_SLOTS], Stats::default(), ProgStats::default())
     };
-    let mut state = State::new(trigger, base.clone());
+    let mut state = State::new(trigger, base.clone(), base_stats, base_prog);
     // The ring buffer is set up before anything can be captured, so
     // nothing slow stands between a decision and the first stack.
     let capture = match stack_on.is_some() || state.auto() {
@@ -290,12 +290,13 @@ pub(crate) fn run(
         }
         let ended = end.is_some_and(|e| now >= e);
         if now >= next_print || ended {
+            let counters = (probe.maps().stats()?, probe.prog_stats());
             let mut report = state.interval(
                 cur,
+                counters,
                 (now - last).as_secs_f64(),
                 &mapper.reasons,
-                unix_now(),
-                report::text::clock(),
+                (unix_now(), report::text::clock()),
             );
             if let (Some(b), Some(before)) = (&opts.baseline, &before) {
                 let named = named(mapper);
