@@ -40,6 +40,10 @@ fentry, capture gate in, capture off|--fentry --min-events 1000000000
 fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-rate 1
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
 kprobe, counting only|--kprobe --no-auto
+fentry, counting only, -C 0: every call passes the CPU filter|--fentry --no-auto -C 0
+fentry, counting only, --cgroup of the root: every call passes|--fentry --no-auto --cgroup /sys/fs/cgroup
+fentry, counting only, -p 1: every call filtered out by pid|--fentry --no-auto -p 1
+fentry, counting only, -C 1: every call filtered out by CPU|--fentry --no-auto -C 1
 EOC
 # TD_BENCH_QUICK=1 (the default suite's bench_quick case): one short round of the first
 # rows and the kprobe one, to show that the script still works; no figure to keep.
