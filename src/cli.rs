@@ -115,7 +115,7 @@ pub struct CaptureArgs {
 /// are neither counted nor captured).
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
-    /// Only calls made by these processes (thread groups), e.g. -p 123,456.
+    /// Only calls made by these processes (thread groups, at most 64), e.g. -p 123,456.
     #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pids: Vec<u32>,
 

@@ -215,12 +215,24 @@ impl Filter {
         cgroup: Option<&Path>,
         cpus: Option<&CpuList>,
     ) -> Result<Filter> {
-        let mut procs: Vec<Proc> = Vec::new();
+        let mut distinct: Vec<u32> = Vec::new();
         for &pid in pids {
-            if !procs.iter().any(|p| p.pid == pid) {
-                procs.push(Proc::find(pid)?);
+            if !distinct.contains(&pid) {
+                distinct.push(pid);
             }
         }
+        let max = crate::bpf::abi::MAX_PIDS;
+        if distinct.len() > max {
+            return Err(Error::msg(format!(
+                "--pid: {} processes given, at most {max} can be filtered on \
+                 (put them in a cgroup and give --cgroup instead)",
+                distinct.len()
+            )));
+        }
+        let procs = distinct
+            .into_iter()
+            .map(Proc::find)
+            .collect::<Result<Vec<Proc>>>()?;
         let cpus = match cpus {
             Some(list) => {
                 let possible = libbpf_rs::num_possible_cpus()
@@ -339,6 +351,14 @@ mod tests {
         assert_eq!(f.tgids(), [me]);
         assert!(f.pids[0].alive());
         assert!(f.describe().unwrap().starts_with(&format!("of pid {me} (")));
+        let many: Vec<u32> = (1..=65).collect();
+        assert_eq!(
+            Filter::check(&many, None, None).unwrap_err().to_string(),
+            "--pid: 65 processes given, at most 64 can be filtered on \
+             (put them in a cgroup and give --cgroup instead)"
+        );
+        // The limit is on processes, not on how often one is named.
+        assert_eq!(Filter::check(&[me; 100], None, None).unwrap().tgids(), [me]);
         // pid_max is at most 2^22: this one never exists.
         let e = Filter::check(&[1 << 23], None, None).unwrap_err();
         assert_eq!(e.to_string(), format!("--pid {}: no such process", 1 << 23));

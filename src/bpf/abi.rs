@@ -128,6 +128,34 @@ impl Config {
     }
 }
 
+/// Processes a --pid filter can name.
+pub(crate) const MAX_PIDS: usize = types::td_abi::TD_MAX_PIDS.0 as usize;
+/// What an exited process of the pid filter becomes (no tgid is this).
+pub(crate) const NO_PID: u32 = types::td_no_pid::TD_NO_PID.0;
+
+const _: () = assert!(size_of::<types::td_pids>() == 4 + MAX_PIDS * 4);
+
+/// The pid filter's map value (td_pids) for `tgids` (at most MAX_PIDS).
+pub(crate) fn pid_list(tgids: &[u32]) -> Vec<u8> {
+    let n = tgids.len().min(MAX_PIDS);
+    let mut v = vec![0u8; size_of::<types::td_pids>()];
+    v[..4].copy_from_slice(&(n as u32).to_ne_bytes());
+    for (i, t) in tgids[..n].iter().enumerate() {
+        v[4 + 4 * i..8 + 4 * i].copy_from_slice(&t.to_ne_bytes());
+    }
+    v
+}
+
+/// `list` (a td_pids value) with `tgid` replaced by NO_PID, in place: the
+/// other entries keep their places. None if it is not listed.
+pub(crate) fn pid_dropped(list: &[u8], tgid: u32) -> Option<Vec<u8>> {
+    let mut v = list.to_vec();
+    let n = (u32::from_ne_bytes(v.get(..4)?.try_into().ok()?) as usize).min(MAX_PIDS);
+    let i = (0..n).find(|i| v[4 + 4 * i..8 + 4 * i] == tgid.to_ne_bytes())?;
+    v[4 + 4 * i..8 + 4 * i].copy_from_slice(&NO_PID.to_ne_bytes());
+    Some(v)
+}
+
 /// The per-CPU counters kept besides the reason slots, summed over CPUs:
 /// the rare events of the `stats` map and the stack path's counters of
 /// the `counts` map.
@@ -378,6 +406,24 @@ mod tests {
             (dst.filter_pids, dst.filter_cgroup, dst.filter_cpus),
             (0, 0, 0)
         );
+    }
+
+    #[test]
+    fn pid_lists_are_counted_and_dropped_in_place() {
+        let v = pid_list(&[7, 9, 11]);
+        assert_eq!(v.len(), 4 + 4 * MAX_PIDS);
+        let word = |v: &[u8], i: usize| u32::from_ne_bytes(v[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            (word(&v, 0), word(&v, 1), word(&v, 2), word(&v, 3)),
+            (3, 7, 9, 11)
+        );
+        let d = pid_dropped(&v, 9).unwrap();
+        assert_eq!(
+            (word(&d, 0), word(&d, 1), word(&d, 2), word(&d, 3)),
+            (3, 7, NO_PID, 11)
+        );
+        assert_eq!(pid_dropped(&d, 9), None);
+        assert_eq!(pid_dropped(&v, 12), None);
     }
 
     #[test]

@@ -425,11 +425,11 @@ impl Maps {
     /// given the same pid must not count.
     pub(crate) fn drop_pid(&self, pid: u32) -> Result<()> {
         let Some(m) = &self.pids else { return Ok(()) };
-        match m.delete(&pid.to_ne_bytes()) {
-            Err(e) if e.kind() != libbpf_rs::ErrorKind::NotFound => {
-                Err(Error::bpf("updating the pid filter", e))
-            }
-            _ => Ok(()),
+        let fail = |e| Error::bpf("updating the pid filter", e);
+        let list = m.lookup(&ZERO_KEY, MapFlags::ANY).map_err(fail)?;
+        match list.and_then(|l| abi::pid_dropped(&l, pid)) {
+            Some(v) => m.update(&ZERO_KEY, &v, MapFlags::ANY).map_err(fail),
+            None => Ok(()),
         }
     }
 

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 
-use crate::bpf::abi::{Config, SLOT_NONE};
+use crate::bpf::abi::{self, Config, SLOT_NONE};
 use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
@@ -145,12 +145,6 @@ fn open_for<'obj>(
                 .map_err(|e| Error::bpf("setting the fentry target", e))?;
         }
     }
-    // The pid filter's map holds exactly the pids given.
-    let pids = config.filter.pids.len().max(1) as u32;
-    open.maps
-        .pids
-        .set_max_entries(pids)
-        .map_err(|e| Error::bpf("sizing the pid filter", e))?;
     let ro = open
         .maps
         .rodata_data
@@ -168,10 +162,14 @@ fn open_for<'obj>(
 /// anything is attached.
 pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &Filter) -> Result<()> {
     use libbpf_rs::{MapCore, MapFlags};
-    for pid in filter.tgids() {
+    if !filter.pids.is_empty() {
         skel.maps
             .pids
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .update(
+                &0u32.to_ne_bytes(),
+                &abi::pid_list(&filter.tgids()),
+                MapFlags::ANY,
+            )
             .map_err(|e| Error::bpf("setting the pid filter", e))?;
     }
     if let Some(c) = &filter.cgroup {

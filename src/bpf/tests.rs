@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
 
-use crate::bpf::abi::{Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::abi::{
+    self, Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND,
+};
 use crate::bpf::maps::publish;
 use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
@@ -121,6 +123,18 @@ fn the_pid_filter_counts_only_its_processes() {
     // Both: ours counts. An exited process's pid taken out: nothing counts.
     let both = Filter::check(&[1, me], None, None).unwrap();
     assert_eq!(filtered(both.clone(), |p, site| p.test_count(site, 2)), 2);
+    // An exited process is taken out in place: the others still count.
+    let n = filtered(both.clone(), |p, site| {
+        p.maps().drop_pid(1).unwrap();
+        p.test_count(site, 4);
+    });
+    assert_eq!(n, 4);
+    // A full list (every slot the BPF side scans): ours, last, counts.
+    let mut full = Filter::check(&[1], None, None).unwrap();
+    full.pids = vec![full.pids[0].clone(); abi::MAX_PIDS - 1];
+    full.pids.push(mine.pids[0].clone());
+    assert_eq!(full.tgids().len(), abi::MAX_PIDS);
+    assert_eq!(filtered(full, |p, site| p.test_count(site, 3)), 3);
     let n = filtered(mine, |p, site| {
         p.maps().drop_pid(me).unwrap();
         p.maps().drop_pid(me).unwrap(); // gone already: not an error
