@@ -209,6 +209,51 @@ fn the_cgroup_filter_counts_only_tasks_under_it() {
     assert_eq!(n, 0);
 }
 
+/// The instructions of the self-test program as the verifier left them
+/// (xlated), loaded with `filter`.
+fn xlated_len(filter: Filter) -> u32 {
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        filter,
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info is a zeroed bpf_prog_info and len its size; with no
+    // buffers given the kernel only fills in sizes and counters.
+    let rc = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(p.selftest_fd().as_raw_fd(), &mut info, &mut len)
+    };
+    assert_eq!(rc, 0, "bpf_prog_get_info_by_fd");
+    info.xlated_prog_len
+}
+
+/// A filter that is off costs nothing: the same bytecode, its switch a
+/// constant false in .rodata, and the verifier drops its code.
+#[test]
+fn filters_that_are_off_leave_no_code() {
+    let none = xlated_len(Filter::default());
+    let me = std::process::id();
+    let pid = xlated_len(Filter::check(&[me], None, None).unwrap());
+    let cpu = xlated_len(Filter {
+        cpus: Some(vec![0]),
+        ..Filter::default()
+    });
+    let both = xlated_len(Filter {
+        cpus: Some(vec![0]),
+        ..Filter::check(&[me], None, None).unwrap()
+    });
+    assert!(none < pid, "no filter: {none} bytes, --pid: {pid}");
+    assert!(none < cpu, "no filter: {none} bytes, --cpu: {cpu}");
+    assert_eq!(
+        both - none,
+        (pid - none) + (cpu - none),
+        "each its own code"
+    );
+}
+
 /// Deeper-frame rules on made-up stacks: caller range [0x1000, 0x2000),
 /// rule 1: a frame in [0x5000, 0x6000) within 2 frames means slot 10;
 /// rule 2: a frame in [0x7000, 0x8000) within 4 frames means slot 11;
