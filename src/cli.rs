@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::abi::MAX_STACK_FRAMES;
+use crate::filter::CpuList;
 use crate::reasons::MAX_REASONS;
 
 /// Count a kernel function's calls by caller path, and capture the stacks of
@@ -24,7 +25,7 @@ reasons. When one reason reaches --threshold percent of the calls of the last se
 50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.\n\n\
 `topdown pin FUNC` leaves tier 1 counting with no topdown process running; `topdown show`, \
 `topdown serve` (Prometheus) and `topdown FUNC` read it; `topdown unpin FUNC` removes it.",
-    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -d 10 --no-auto\n  topdown deferred_split_folio -d 30 --save before.json   (then, after a fix:)\n  topdown deferred_split_folio -d 30 --baseline before.json\n  topdown pin deferred_split_folio && topdown show",
+    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -p 1234 --flamegraph reads.svg\n  topdown vfs_read -d 10 --no-auto\n  topdown deferred_split_folio -d 30 --save before.json   (then, after a fix:)\n  topdown deferred_split_folio -d 30 --baseline before.json\n  topdown pin deferred_split_folio && topdown show",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -40,7 +41,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Trace FUNC, as `topdown FUNC` does (for a function named like a command).
-    Trace(TraceArgs),
+    Trace(Box<TraceArgs>),
     /// Attach tier 1 for FUNC and pin it in bpffs: it keeps counting with no topdown running.
     Pin(PinArgs),
     /// Print pinned functions' calls per reason since they were pinned.
@@ -110,6 +111,23 @@ pub struct CaptureArgs {
     pub user_stacks: bool,
 }
 
+/// Which calls count: the filters, applied in the kernel (filtered calls
+/// are neither counted nor captured).
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only calls made by these processes (thread groups, at most 64), e.g. -p 123,456.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+
+    /// Only calls made by tasks in this cgroup (v2) or below it: a path, or one under the cgroup v2 mount.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Only calls made on these CPUs, e.g. 0-3,8.
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", value_parser = crate::filter::cpu_list)]
+    pub cpus: Option<CpuList>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
     /// Kernel function to trace.
@@ -129,6 +147,9 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub profile: ProfileArgs,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
 
     /// Print the reason profile as resolved on this kernel, and exit.
     #[arg(long)]
@@ -173,6 +194,10 @@ pub struct TraceArgs {
     /// Write captured stacks, folded (flame graph input), to FILE at exit.
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
+
+    /// Write captured stacks as an interactive flame graph (SVG) to FILE at exit.
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
 
     /// Print NDJSON (one object per interval, then a summary) instead of tables.
     #[arg(long)]
@@ -221,6 +246,14 @@ pub struct PinArgs {
 
     #[command(flatten)]
     pub capture: CaptureArgs,
+
+    /// Count only calls made by tasks in this cgroup (v2) or below it.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Count only calls made on these CPUs, e.g. 0-3,8.
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", value_parser = crate::filter::cpu_list)]
+    pub cpus: Option<CpuList>,
 
     /// Show libbpf's own messages (verifier logs, attach details).
     #[arg(short, long)]
@@ -349,6 +382,11 @@ mod tests {
         assert_eq!(t.threshold, 80.0);
         assert_eq!(t.duration, None);
         assert!(!t.mode.fentry && !t.mode.kprobe);
+        assert!(t.filter.pids.is_empty() && t.filter.cgroup.is_none() && t.filter.cpus.is_none());
+        let c = Cli::try_parse_from(["topdown", "f", "-p", "1,2", "--pid", "3", "-C", "0-1,4"])
+            .unwrap();
+        assert_eq!(c.trace.filter.pids, [1, 2, 3]);
+        assert_eq!(c.trace.filter.cpus.unwrap().0, [0, 1, 4]);
     }
 
     #[test]
@@ -405,6 +443,9 @@ mod tests {
             &["topdown", "unpin", "f", "--all"],
             &["topdown", "pin"],
             &["topdown", "serve", "--listen", "nowhere"],
+            &["topdown", "f", "-p", "x"],
+            &["topdown", "f", "-C", "3-1"],
+            &["topdown", "pin", "f", "-p", "1"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }

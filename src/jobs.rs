@@ -7,16 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::bpf::abi::{Config, SLOT_NONE};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::pin::{self, Meta};
 use crate::bpf::probe::{Companion, Probe};
 use crate::error::{Error, Result};
+use crate::filter::Filter;
 use crate::host;
 use crate::kallsyms::Kallsyms;
-use crate::plan::{Load, Pin, Show, Target, Trace};
+use crate::plan::{Files, Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::{self, Mapper};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
@@ -66,36 +67,74 @@ fn warn_baseline(baseline: Option<&Baseline>, info: &RunInfo) {
     }
 }
 
-/// The files a run writes at exit, after its summary: the folded stacks
-/// and the result. One failing does not keep the other from being
-/// written; the last error is returned (an earlier one is printed).
-fn write_outputs(
-    sum: &Summary,
-    folded: Option<&Path>,
-    save: Option<&Path>,
-    top: usize,
-) -> Result<Status> {
+/// The files a run writes at exit, after its summary: --folded,
+/// --flamegraph and --save, each checked writable at start. One failing
+/// does not keep the others from being written, and what it held is
+/// rescued (`saved::Output`); the last error is returned (earlier ones are
+/// printed).
+fn write_outputs(sum: &Summary, files: &Files, top: usize) -> Result<Status> {
     let mut failed: Option<Error> = None;
-    if let Some(path) = folded {
-        let text = report::folded::folded(&sum.stacks, &sum.func);
-        if let Err(e) = saved::write_file(path, &text) {
-            failed = Some(Error::msg(format!(
-                "--folded {}: cannot write it: {e}",
-                path.display()
-            )));
+    let mut fail = |e: Error| {
+        if let Some(prev) = failed.replace(e) {
+            eprintln!("topdown: {prev}");
         }
+    };
+    let pid = std::process::id();
+    let folded = report::folded::folded(&sum.stacks, &sum.func);
+    if let Some(path) = &files.folded {
+        let out = saved::Output {
+            option: "--folded",
+            path,
+            bytes: folded.as_bytes(),
+            what: "the folded stacks",
+            rescue: format!("topdown-{}-{pid}.folded", sum.func),
+            stderr: &folded,
+            stderr_what: "the folded stacks",
+        };
+        out.write().unwrap_or_else(&mut fail);
     }
-    if let Some(path) = save {
-        if let Err(e) = saved::save(path, &Saved::of_summary(sum, top)) {
-            if let Some(prev) = failed.replace(e) {
-                eprintln!("topdown: {prev}");
-            }
-        }
+    if let Some(path) = &files.flamegraph {
+        let svg = report::flamegraph::svg(&folded, &sum.func, &flamegraph_subtitle(sum))
+            .unwrap_or_else(|empty| {
+                eprintln!(
+                    "topdown: --flamegraph {}: no stacks were captured; the flame graph says so",
+                    path.display()
+                );
+                empty
+            });
+        let out = saved::Output {
+            option: "--flamegraph",
+            path,
+            bytes: &svg,
+            what: "the flame graph",
+            rescue: format!("topdown-{}-{pid}.svg", sum.func),
+            stderr: &folded,
+            stderr_what: "its stacks, folded,",
+        };
+        out.write().unwrap_or_else(&mut fail);
+    }
+    if let Some(path) = &files.save {
+        saved::save(path, &Saved::of_summary(sum, top)).unwrap_or_else(&mut fail);
     }
     match failed {
         Some(e) => Err(e),
         None => Ok(Status::of(sum.compare.as_ref())),
     }
+}
+
+/// The flame graph's subtitle: the run it comes from.
+fn flamegraph_subtitle(sum: &Summary) -> String {
+    let mut s = format!(
+        "{} in {:.1}s, kernel {}, {}",
+        report::calls(sum.calls.total),
+        sum.calls.secs,
+        sum.kernel,
+        sum.mode
+    );
+    if let Some(f) = &sum.filter {
+        s.push_str(&format!("; only calls {}", f.text));
+    }
+    s
 }
 
 /// `--list-profiles`: name, traced function and description of each.
@@ -239,6 +278,7 @@ fn attach_target<'obj>(
         callers,
         rules,
         stacks: extra.stacks,
+        filter: extra.filter,
     };
     let attached = attach::attach(
         storage,
@@ -314,6 +354,8 @@ struct Extra {
     companion: Option<Companion>,
     /// Stack capture can be switched on.
     stacks: bool,
+    /// Which calls count.
+    filter: Filter,
 }
 
 fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
@@ -341,6 +383,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         verify_caller: t.verify_caller,
         companion: t.companion,
         stacks: t.trigger.auto || t.stack_on.is_some(),
+        filter: t.filter.clone(),
     };
     let attached = attach_target(
         &mut storage,
@@ -359,6 +402,9 @@ pub fn trace(t: Trace) -> Result<Status> {
             attached.fallback.as_deref()
         )
     );
+    if let Some(f) = t.filter.describe() {
+        eprintln!("topdown: counting only calls {f}");
+    }
     let mut loaded = set_up(attached, &t.target, t.max_reasons, t.stack_on.as_deref())?;
     let stack_on = loaded.stack_on;
     let ctx = Context {
@@ -368,6 +414,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         stack_on,
         symbols: Symbols::new(loaded.vmlinux, t.session.verbose),
         info,
+        filter: t.filter.clone(),
     };
     let sum = session::run(
         loaded.probe,
@@ -377,7 +424,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         &stop,
         &mut io::stdout().lock(),
     )?;
-    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
+    write_outputs(&sum, &t.files, t.session.top)
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.
@@ -423,6 +470,9 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         mode_line(func, &meta.mode, meta.fallback.as_deref()),
         report::text::clock_at(meta.pinned_at)
     );
+    if let Some(f) = &meta.filter {
+        eprintln!("topdown: counting only calls {f} (fixed by topdown pin)");
+    }
     let ctx = Context {
         ksyms: &ksyms,
         mapper: &mut mapper,
@@ -430,6 +480,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         stack_on,
         symbols: Symbols::new(meta.vmlinux.clone(), t.session.verbose),
         info,
+        filter: Filter::default(),
     };
     let sum = session::run(
         inst.probe,
@@ -439,7 +490,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         &stop,
         &mut io::stdout().lock(),
     )?;
-    write_outputs(&sum, t.folded.as_deref(), t.save.as_deref(), t.session.top)
+    write_outputs(&sum, &t.files, t.session.top)
 }
 
 /// `topdown pin FUNC`: attaches tier 1 and pins it.
@@ -456,6 +507,7 @@ pub fn pin(p: Pin) -> Result<()> {
     // left out (the pinning process is gone soon).
     let extra = Extra {
         stacks: true,
+        filter: p.filter.clone(),
         ..Extra::default()
     };
     let attached = attach_target(&mut storage, &p.target, p.max_reasons, &p.load, extra, None)?;
@@ -476,6 +528,7 @@ pub fn pin(p: Pin) -> Result<()> {
         user_stacks: p.load.user_stacks,
         depth: p.load.depth,
         sample: p.load.sample,
+        filter: p.filter.describe(),
         kernel,
         boot_id,
         pinned_at: std::time::SystemTime::now()

@@ -12,6 +12,7 @@
 mod bpf;
 pub mod cli;
 mod error;
+mod filter;
 mod host;
 pub mod jobs;
 mod kallsyms;

@@ -12,6 +12,7 @@ use crate::cli::{
     CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
 };
 use crate::error::{Error, Result};
+use crate::filter::Filter;
 use crate::profile::{self, Profile};
 use crate::report::compare::{Baseline, VerifyConfig};
 use crate::report::saved::{self, Saved};
@@ -58,6 +59,8 @@ pub struct Pin {
     pub(crate) target: Target,
     pub(crate) max_reasons: usize,
     pub(crate) load: Load,
+    /// --cgroup and --cpu (no --pid: a pin outlives processes).
+    pub(crate) filter: Filter,
 }
 
 /// `topdown show`.
@@ -97,8 +100,18 @@ pub struct Trace {
     pub(crate) load_options: Vec<&'static str>,
     pub(crate) trigger: TriggerConfig,
     pub(crate) session: session::Options,
-    /// --folded and --save, checked writable.
+    /// Which calls count.
+    pub(crate) filter: Filter,
+    /// The files written at exit, checked writable.
+    pub(crate) files: Files,
+}
+
+/// The files a run writes at exit (--folded, --flamegraph, --save),
+/// checked writable before anything is loaded.
+#[derive(Debug, Default)]
+pub struct Files {
     pub(crate) folded: Option<PathBuf>,
+    pub(crate) flamegraph: Option<PathBuf>,
     pub(crate) save: Option<PathBuf>,
 }
 
@@ -112,6 +125,7 @@ impl Plan {
                     target: target(&p.func, &p.profile)?,
                     max_reasons: p.profile.max_reasons as usize,
                     load: load(&p.mode, &p.capture, None)?,
+                    filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
                 })),
                 p.verbose,
             ),
@@ -191,6 +205,9 @@ fn show(s: &ShowArgs) -> Result<Show> {
 }
 
 fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
+    if let Some(v) = &p.vmlinux {
+        check_vmlinux(v)?;
+    }
     Ok(Target {
         profile: choose_profile(p, func)?,
         users_own: p.reasons.is_some() || p.rules.is_some(),
@@ -236,6 +253,9 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
         (t.capture.sample != 1, "--sample"),
         (t.verify_caller, "--verify-caller"),
         (t.companion.is_some(), "--companion"),
+        (!t.filter.pids.is_empty(), "--pid"),
+        (t.filter.cgroup.is_some(), "--cgroup"),
+        (t.filter.cpus.is_some(), "--cpu"),
     ]
     .into_iter()
     .filter_map(|(given, name)| given.then_some(name))
@@ -254,12 +274,20 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
     };
     // Files first: a bad one is refused before anything is loaded.
     let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
-    for (path, option) in [(&t.save, "--save"), (&t.folded, "--folded")] {
+    for (path, option) in [
+        (&t.save, "--save"),
+        (&t.folded, "--folded"),
+        (&t.flamegraph, "--flamegraph"),
+    ] {
         if let Some(path) = path {
             saved::check_writable(path, option)?;
         }
     }
+
+    let f = &t.filter;
+    let filter = Filter::check(&f.pids, f.cgroup.as_deref(), f.cpus.as_ref())?;
     Ok(Trace {
+        filter,
         target: target(func, &t.profile)?,
         load: load(&t.mode, &t.capture, companion)?,
         companion,
@@ -284,9 +312,27 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             max_rate: t.max_rate,
             verbose: t.verbose,
         },
-        folded: t.folded.clone(),
-        save: t.save.clone(),
+        files: Files {
+            folded: t.folded.clone(),
+            flamegraph: t.flamegraph.clone(),
+            save: t.save.clone(),
+        },
     })
+}
+
+/// A --vmlinux must be an ELF file this process can read: found out now,
+/// not after a long run when stacks are symbolized.
+fn check_vmlinux(path: &std::path::Path) -> Result<()> {
+    use std::io::Read;
+    let fail = |why: String| Error::msg(format!("--vmlinux {}: {why}", path.display()));
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if &magic != b"\x7fELF" {
+        return Err(fail("not an ELF file (a debug vmlinux is)".into()));
+    }
+    Ok(())
 }
 
 /// The profile the options ask for: a file, inline rules, a named
@@ -411,12 +457,30 @@ mod tests {
         let b = t.session.baseline.unwrap();
         assert_eq!(b.saved, saved);
         assert_eq!((b.verify.threshold, b.verify.drop), (60.0, 30.0));
-        assert_eq!(t.save.unwrap().display().to_string(), file("after.json"));
+        assert_eq!(
+            t.files.save.unwrap().display().to_string(),
+            file("after.json")
+        );
         let nowhere = file("no/such/dir/r.json");
         assert!(err(&["topdown", "vfs_read", "--save", &nowhere])
             .starts_with(&format!("--save {nowhere}: cannot write it: ")));
         assert!(err(&["topdown", "vfs_read", "--folded", &nowhere])
             .starts_with(&format!("--folded {nowhere}: cannot write it: ")));
+        assert!(err(&["topdown", "vfs_read", "--flamegraph", &nowhere])
+            .starts_with(&format!("--flamegraph {nowhere}: cannot write it: ")));
+        // --vmlinux: readable, and an ELF file.
+        assert!(err(&["topdown", "vfs_read", "--vmlinux", &nowhere])
+            .starts_with(&format!("--vmlinux {nowhere}: cannot read it: ")));
+        assert_eq!(
+            err(&["topdown", "vfs_read", "--vmlinux", &file("dsf.json")]),
+            format!(
+                "--vmlinux {}: not an ELF file (a debug vmlinux is)",
+                file("dsf.json")
+            )
+        );
+        let exe = std::env::current_exe().unwrap();
+        let t = trace_of(&["topdown", "vfs_read", "--vmlinux", exe.to_str().unwrap()]);
+        assert_eq!(t.target.vmlinux.as_deref(), Some(exe.as_path()));
         // show: the baseline names the function; one function only.
         let Job::Show(s) = plan(&["topdown", "show", "--baseline", &file("dsf.json")])
             .unwrap()
@@ -430,6 +494,27 @@ mod tests {
             "--save and --baseline take one pinned function: name one"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn filters_that_can_never_match_are_refused_before_anything_is_loaded() {
+        let err = |args: &[&str]| plan(args).unwrap_err().to_string();
+        assert_eq!(
+            err(&["topdown", "vfs_read", "-p", "8388608"]),
+            "--pid 8388608: no such process"
+        );
+        assert_eq!(
+            err(&["topdown", "vfs_read", "--cgroup", "/proc"]),
+            "--cgroup /proc: not a cgroup v2 directory"
+        );
+        assert!(err(&["topdown", "vfs_read", "-C", "8191"]).starts_with("--cpu 8191: "));
+        assert!(err(&["topdown", "pin", "vfs_read", "-C", "8191"]).starts_with("--cpu 8191: "));
+        let me = std::process::id().to_string();
+        let t = trace_of(&["topdown", "vfs_read", "-p", &me, "-C", "0"]);
+        assert_eq!(t.filter.tgids(), [std::process::id()]);
+        assert_eq!(t.filter.cpus.as_deref(), Some(&[0][..]));
+        assert_eq!(t.load_options, ["--pid", "--cpu"]);
+        assert!(trace_of(&["topdown", "vfs_read"]).filter.is_empty());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::mem::size_of;
 
 use crate::bpf::skel::types;
+use crate::filter::{Filter, MAX_CPUS};
 
 /// Reason slots in the per-CPU counter array.
 pub(crate) const NR_SLOTS: usize = types::td_abi::TD_NR_SLOTS.0 as usize;
@@ -87,6 +88,9 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<DeepRule>,
     /// Stacks may be captured: compiles the capture gate in.
     pub(crate) stacks: bool,
+    /// Which calls count (the pids and the cgroup also go into maps, after
+    /// load: `probe::set_filter`).
+    pub(crate) filter: Filter,
 }
 
 impl Config {
@@ -113,7 +117,43 @@ impl Config {
             d.reason = r.reason;
             d.depth = r.depth.min(MAX_RULE_DEPTH);
         }
+        let f = &self.filter;
+        dst.filter_pids = (!f.pids.is_empty()).into();
+        dst.filter_cgroup = f.cgroup.is_some().into();
+        dst.filter_cpus = f.cpus.is_some().into();
+        dst.cpus = [0; MAX_CPUS as usize / 64];
+        for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
+            dst.cpus[c as usize / 64] |= 1 << (c % 64);
+        }
     }
+}
+
+/// Processes a --pid filter can name.
+pub(crate) const MAX_PIDS: usize = types::td_abi::TD_MAX_PIDS.0 as usize;
+/// What an exited process of the pid filter becomes (no tgid is this).
+pub(crate) const NO_PID: u32 = types::td_no_pid::TD_NO_PID.0;
+
+const _: () = assert!(size_of::<types::td_pids>() == 4 + MAX_PIDS * 4);
+
+/// The pid filter's map value (td_pids) for `tgids` (at most MAX_PIDS).
+pub(crate) fn pid_list(tgids: &[u32]) -> Vec<u8> {
+    let n = tgids.len().min(MAX_PIDS);
+    let mut v = vec![0u8; size_of::<types::td_pids>()];
+    v[..4].copy_from_slice(&(n as u32).to_ne_bytes());
+    for (i, t) in tgids[..n].iter().enumerate() {
+        v[4 + 4 * i..8 + 4 * i].copy_from_slice(&t.to_ne_bytes());
+    }
+    v
+}
+
+/// `list` (a td_pids value) with `tgid` replaced by NO_PID, in place: the
+/// other entries keep their places. None if it is not listed.
+pub(crate) fn pid_dropped(list: &[u8], tgid: u32) -> Option<Vec<u8>> {
+    let mut v = list.to_vec();
+    let n = (u32::from_ne_bytes(v.get(..4)?.try_into().ok()?) as usize).min(MAX_PIDS);
+    let i = (0..n).find(|i| v[4 + 4 * i..8 + 4 * i] == tgid.to_ne_bytes())?;
+    v[4 + 4 * i..8 + 4 * i].copy_from_slice(&NO_PID.to_ne_bytes());
+    Some(v)
 }
 
 /// The per-CPU counters kept besides the reason slots, summed over CPUs:
@@ -211,7 +251,12 @@ pub(crate) struct Sample {
     /// CLOCK_MONOTONIC nanoseconds of the call.
     pub(crate) ts: u64,
     pub(crate) reason: u32,
+    /// The thread group (process) and thread that made the call, the CPU
+    /// it ran on, and the thread's command name.
     pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) cpu: u32,
+    pub(crate) comm: String,
     /// The caller's return address the BPF side found (0: not found).
     pub(crate) caller: u64,
     pub(crate) kstack: Vec<u64>,
@@ -223,6 +268,16 @@ fn frames_of(stack: &[u64], bytes: i32) -> Vec<u64> {
     stack[..n].iter().copied().take_while(|&a| a != 0).collect()
 }
 
+/// A kernel command name: up to the first NUL, bytes not UTF-8 replaced.
+fn comm_of(raw: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 impl Sample {
     /// Decodes one ring buffer record; None if it is too short.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Sample> {
@@ -232,6 +287,9 @@ impl Sample {
             ts: raw.ts,
             reason: raw.reason,
             pid: raw.pid,
+            tid: raw.tid,
+            cpu: raw.cpu,
+            comm: comm_of(&raw.comm),
             caller: raw.caller,
             kstack: frames_of(&raw.kstack, raw.kstack_bytes),
             ustack: frames_of(&raw.ustack, raw.ustack_bytes),
@@ -255,6 +313,8 @@ mod tests {
     fn decode_reads_sizes_and_stops_at_zero_frames() {
         let mut raw = types::td_sample {
             pid: 42,
+            tid: 43,
+            cpu: 1,
             reason: 5,
             caller: 7,
             kstack_bytes: 3 * 8,
@@ -264,10 +324,14 @@ mod tests {
         raw.kstack[0] = 1;
         raw.kstack[1] = 2;
         raw.kstack[2] = 0;
+        for (d, c) in raw.comm.iter_mut().zip(b"thp\0junk") {
+            *d = *c as _;
+        }
         // SAFETY: reading a repr(C) value's bytes.
         let bytes = unsafe { plain::as_bytes(&raw) };
         let s = Sample::decode(bytes).unwrap();
         assert_eq!((s.pid, s.reason, s.caller), (42, 5, 7));
+        assert_eq!((s.tid, s.cpu, s.comm.as_str()), (43, 1, "thp"));
         assert_eq!(s.kstack, vec![1, 2]);
         assert!(s.ustack.is_empty());
         assert!(Sample::decode(&bytes[..10]).is_none());
@@ -338,5 +402,45 @@ mod tests {
         assert_eq!(dst.nr_callers as usize, MAX_DEEP_CALLERS);
         assert_eq!(dst.rules[0].depth, MAX_RULE_DEPTH);
         assert_eq!(dst.callers[0].reason, 3);
+        assert_eq!(
+            (dst.filter_pids, dst.filter_cgroup, dst.filter_cpus),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn pid_lists_are_counted_and_dropped_in_place() {
+        let v = pid_list(&[7, 9, 11]);
+        assert_eq!(v.len(), 4 + 4 * MAX_PIDS);
+        let word = |v: &[u8], i: usize| u32::from_ne_bytes(v[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            (word(&v, 0), word(&v, 1), word(&v, 2), word(&v, 3)),
+            (3, 7, 9, 11)
+        );
+        let d = pid_dropped(&v, 9).unwrap();
+        assert_eq!(
+            (word(&d, 0), word(&d, 1), word(&d, 2), word(&d, 3)),
+            (3, 7, NO_PID, 11)
+        );
+        assert_eq!(pid_dropped(&d, 9), None);
+        assert_eq!(pid_dropped(&v, 12), None);
+    }
+
+    #[test]
+    fn cpu_filters_become_a_bitmap() {
+        let mut dst = types::td_config::default();
+        Config {
+            filter: Filter {
+                cpus: Some(vec![0, 3, 64, MAX_CPUS - 1]),
+                ..Filter::default()
+            },
+            ..Config::default()
+        }
+        .write(&mut dst);
+        assert_eq!((dst.filter_cpus, dst.filter_pids), (1, 0));
+        assert_eq!(dst.cpus[0], 0b1001);
+        assert_eq!(dst.cpus[1], 1);
+        assert_eq!(dst.cpus[MAX_CPUS as usize / 64 - 1], 1 << 63);
+        assert_eq!(dst.cpus.iter().map(|w| w.count_ones()).sum::<u32>(), 4);
     }
 }

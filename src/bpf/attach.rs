@@ -105,6 +105,7 @@ fn try_fentry<'obj>(
     let skel = open
         .load()
         .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
+    probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
     let link = skel.progs.td_fentry.attach_trace().map_err(|e| {
         let err = Error::bpf("attach", e);
         match err.errno() {
@@ -175,6 +176,7 @@ fn try_kprobe<'obj>(
             )
         }
     })?;
+    probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
     let link = skel
         .progs
         .td_kprobe

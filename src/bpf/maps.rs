@@ -111,6 +111,8 @@ pub(crate) struct Maps {
     meta: MapHandle,
     data: MapHandle,
     bss: MapHandle,
+    /// The pid filter's map (None for a pinned instance, which has none).
+    pids: Option<MapHandle>,
     data_mem: Section<types::data>,
     bss_mem: Section<types::bss>,
 }
@@ -151,6 +153,7 @@ impl Maps {
             samples: handle(&m.samples, "samples")?,
             names: handle(&m.names, "names")?,
             meta: handle(&m.meta, "meta")?,
+            pids: Some(handle(&m.pids, "pids")?),
             data_mem: Section::map(&data, ".data")?,
             bss_mem: Section::map(&bss, ".bss")?,
             data,
@@ -175,6 +178,7 @@ impl Maps {
             samples: open("samples")?,
             names: open("names")?,
             meta: open("meta")?,
+            pids: None,
             data_mem: Section::map(&data, ".data")?,
             bss_mem: Section::map(&bss, ".bss")?,
             data,
@@ -415,6 +419,18 @@ impl Maps {
     pub(crate) fn own(&self, tgid: u32) {
         // SAFETY: as in capture; a u32 store the BPF side reads once a call.
         unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.ctl()).own_tgid), tgid) };
+    }
+
+    /// Takes `pid` out of the pid filter: its process exited, and a new one
+    /// given the same pid must not count.
+    pub(crate) fn drop_pid(&self, pid: u32) -> Result<()> {
+        let Some(m) = &self.pids else { return Ok(()) };
+        let fail = |e| Error::bpf("updating the pid filter", e);
+        let list = m.lookup(&ZERO_KEY, MapFlags::ANY).map_err(fail)?;
+        match list.and_then(|l| abi::pid_dropped(&l, pid)) {
+            Some(v) => m.update(&ZERO_KEY, &v, MapFlags::ANY).map_err(fail),
+            None => Ok(()),
+        }
     }
 
     /// The reason stacks are being captured of, if any.

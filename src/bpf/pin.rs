@@ -51,6 +51,10 @@ pub(crate) struct Meta {
     pub(crate) user_stacks: bool,
     pub(crate) depth: u32,
     pub(crate) sample: u32,
+    /// The filter fixed at pin time, in words (`of CPU 0, in cgroup /x or
+    /// below`); None: every call counts.
+    #[serde(default)]
+    pub(crate) filter: Option<String>,
     /// The kernel and boot it was pinned in, and when (Unix seconds).
     pub(crate) kernel: String,
     pub(crate) boot_id: String,
@@ -366,6 +370,7 @@ mod tests {
             vmlinux: None,
             user_stacks: false,
             depth: 64,
+            filter: None,
             sample: 1,
             kernel: "6.12.0".into(),
             boot_id: "b".into(),

@@ -8,10 +8,11 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 
-use crate::bpf::abi::{Config, SLOT_NONE};
+use crate::bpf::abi::{self, Config, SLOT_NONE};
 use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
+use crate::filter::Filter;
 
 /// How the traced function is hooked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +156,34 @@ fn open_for<'obj>(
         ro.cfg.synthetic_stack = 1;
     }
     Ok(open)
+}
+
+/// Puts the filter's pids and cgroup into their maps: after load, before
+/// anything is attached.
+pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &Filter) -> Result<()> {
+    use libbpf_rs::{MapCore, MapFlags};
+    if !filter.pids.is_empty() {
+        skel.maps
+            .pids
+            .update(
+                &0u32.to_ne_bytes(),
+                &abi::pid_list(&filter.tgids()),
+                MapFlags::ANY,
+            )
+            .map_err(|e| Error::bpf("setting the pid filter", e))?;
+    }
+    if let Some(c) = &filter.cgroup {
+        use std::os::fd::AsRawFd;
+        skel.maps
+            .cgroup_filter
+            .update(
+                &0u32.to_ne_bytes(),
+                &(c.fd.as_raw_fd() as u32).to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(|e| Error::bpf("setting the cgroup filter", e))?;
+    }
+    Ok(())
 }
 
 /// Who keeps the counting program attached.
@@ -372,6 +401,7 @@ pub(crate) mod selftest {
         let skel = open
             .load()
             .expect("load the raw_tp self-test program (needs root)");
+        set_filter(&skel, &config.filter).expect("the filter's maps");
         Probe::new(skel, Mode::Kprobe, "selftest", None).expect("the maps")
     }
 
@@ -408,6 +438,23 @@ pub(crate) mod selftest {
                     .test_run(input)
                     .expect("run the self-test program");
             }
+        }
+
+        /// Runs the counting path once on return address `ret`, on CPU `cpu`.
+        pub(crate) fn test_count_on(&self, ret: u64, cpu: u32) {
+            let mut ctx = context(&[ret]);
+            let input = libbpf_rs::ProgramInput {
+                context_in: Some(&mut ctx),
+                cpu,
+                flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
+                ..Default::default()
+            };
+            self.skel()
+                .expect("a loaded object")
+                .progs
+                .td_selftest
+                .test_run(input)
+                .expect("run the self-test program");
         }
 
         pub(crate) fn selftest_fd(&self) -> std::os::fd::BorrowedFd<'_> {

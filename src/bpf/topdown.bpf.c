@@ -12,7 +12,9 @@
  * read where the first calls found it (plain loads the verifier guards,
  * through bpf_rdonly_cast; a probe read where that kfunc is missing), a
  * direct-mapped cache in .bss answers for resolved sites before the hash,
- * and the own-process check costs a load unless topdown is awake.
+ * and the own-process check costs a load unless topdown is awake. The
+ * --pid, --cgroup and --cpu filters come first, and only where asked for
+ * (load-time constants).
  *
  * Tier 2 (on demand): when the reason just counted is the one user space
  * asked stacks of (ctl.reason), the same program sends its kernel (and
@@ -120,6 +122,25 @@ struct {
 	__uint(max_entries, TD_SAMPLES_BYTES);
 } samples SEC(".maps");
 
+/*
+ * The --pid filter's list (an array map: its lookup is inlined, no helper
+ * call; a short list is searched faster than a hash is).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_pids);
+} pids SEC(".maps");
+
+/* The --cgroup filter: the cgroup (v2) whose tasks, descendants' included, count. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroup_filter SEC(".maps");
+
 /* A bare per-CPU counter, the cost baseline (--companion bare). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -137,6 +158,8 @@ enum td_stack_stat _td_stack_stat = TD_NR_STACK_STATS;
 enum td_abi _td_abi = TD_NR_SLOTS;
 enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
+enum td_no_pid _td_no_pid = TD_NO_PID;
+struct td_pids _td_pids = {};
 
 /* How a program learns about the call: its kind is a constant in each. */
 enum td_kind {
@@ -595,6 +618,47 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 	c->stack[TD_STACK_EMITTED]++;
 }
 
+/* Whether thread group `tgid` is in the --pid filter's list. */
+static __always_inline bool pid_listed(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct td_pids *p = bpf_map_lookup_elem(&pids, &zero);
+	__u32 n;
+
+	if (!p)
+		return false;
+	n = p->n;
+	for (__u32 i = 0; i < TD_MAX_PIDS; i++) {
+		if (i >= n)
+			break;
+		if (p->tgid[i] == tgid)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Whether this call passes the filters: the cheapest test first. A filter
+ * that is off is a constant false in .rodata, so the verifier drops its
+ * code: with no filter the counting path is as it was.
+ */
+static __always_inline bool wanted(void)
+{
+	if (cfg.filter_cpus) {
+		/* inlined on x86 and arm64: a per-CPU load */
+		__u32 cpu = bpf_get_smp_processor_id();
+
+		if (cpu >= TD_MAX_CPUS || !((cfg.cpus[cpu / 64] >> (cpu % 64)) & 1))
+			return false;
+	}
+	if (cfg.filter_pids && !pid_listed(bpf_get_current_pid_tgid() >> 32))
+		return false;
+	/* 1: current is in the cgroup or below it */
+	if (cfg.filter_cgroup && bpf_current_task_under_cgroup(&cgroup_filter, 0) != 1)
+		return false;
+	return true;
+}
+
 static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 {
 	__u32 zero = 0;
@@ -638,14 +702,17 @@ static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	count(ctx, fentry_caller(ctx), TD_FENTRY);
+	/* Filtered before the caller is looked for. */
+	if (wanted())
+		count(ctx, fentry_caller(ctx), TD_FENTRY);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	count(ctx, kprobe_caller(ctx), TD_KPROBE);
+	if (wanted())
+		count(ctx, kprobe_caller(ctx), TD_KPROBE);
 	return 0;
 }
 
@@ -659,7 +726,8 @@ int BPF_KPROBE(td_kprobe)
 SEC("raw_tp")
 int td_selftest(struct bpf_raw_tracepoint_args *ctx)
 {
-	count(ctx, ctx->args[0], TD_SELFTEST);
+	if (wanted())
+		count(ctx, ctx->args[0], TD_SELFTEST);
 	return 0;
 }
 

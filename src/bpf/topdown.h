@@ -50,6 +50,14 @@ enum td_abi {
 	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
 	TD_SITE_SHIFT = 48,
 	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
+	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
+	TD_MAX_CPUS = 8192,
+	TD_MAX_PIDS = 64,		/* processes a --pid filter can name */
+};
+
+/* No process: what an exited process of the pid filter becomes. */
+enum td_no_pid {
+	TD_NO_PID = 0xffffffffu,
 };
 
 /* The stack reason when capture is off; also "site not resolved yet". */
@@ -137,6 +145,25 @@ struct td_config {
 	__u8 stacks;
 	struct td_caller callers[TD_MAX_CALLERS];
 	struct td_rule rules[TD_MAX_RULES];
+	/*
+	 * Filters, each compiled out when off: calls of other thread groups,
+	 * cgroups or CPUs are neither counted nor captured.
+	 */
+	__u8 filter_pids;	/* only thread groups listed in the pids map */
+	__u8 filter_cgroup;	/* only tasks under the cgroup in cgroup_filter */
+	__u8 filter_cpus;	/* only CPUs whose bit is set in cpus */
+	__u8 pad[5];
+	__u64 cpus[TD_MAX_CPUS / 64];
+};
+
+/*
+ * The --pid filter's thread groups (tgids): the first n of tgid. User space
+ * replaces a process that exited with TD_NO_PID, in place (the others do
+ * not move, so a call of theirs is never missed meanwhile).
+ */
+struct td_pids {
+	__u32 n;
+	__u32 tgid[TD_MAX_PIDS];
 };
 
 /* A caller function of the stack reason, tagged with that reason. */

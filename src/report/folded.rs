@@ -1,7 +1,9 @@
 //! Captured stacks in the folded format of flame graph tools: one line per
 //! distinct stack, `;`-separated frames root first, then its count. The
-//! reason is the root frame, so one file holds every reason captured; the
-//! traced function is the leaf.
+//! reason is the root frame, so one file holds every reason captured; user
+//! frames (with -U) come next, then a `--` frame (the separator flame graph
+//! tools draw in grey) and the kernel frames; the traced function is the
+//! leaf.
 
 use crate::report::{ReasonStacks, Stack};
 
@@ -9,6 +11,9 @@ use crate::report::{ReasonStacks, Stack};
 fn line(stack: &Stack, reason: &str, func: &str) -> String {
     let mut parts: Vec<&str> = vec![reason];
     parts.extend(stack.user.iter().rev().map(String::as_str));
+    if !stack.user.is_empty() {
+        parts.push("--");
+    }
     parts.extend(stack.kernel.iter().rev().map(String::as_str));
     parts.push(func);
     parts
@@ -48,11 +53,13 @@ mod tests {
                     user: vec!["main+0x5".into(), "_start+0x1".into()],
                 },
                 count: 2,
+                processes: vec![],
             }],
+            processes: vec![],
         };
         assert_eq!(
             folded(&[set], "deferred_split_folio"),
-            "ZAP;_start+0x1;main+0x5;root_fn+0x2;caller+0x1;deferred_split_folio 2\n"
+            "ZAP;_start+0x1;main+0x5;--;root_fn+0x2;caller+0x1;deferred_split_folio 2\n"
         );
     }
 }

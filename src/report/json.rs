@@ -6,7 +6,8 @@ use serde::{Serialize, Serializer};
 
 use crate::report::compare::{Change, Comparison};
 use crate::report::{
-    CaptureSpan, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary, Verify,
+    CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ProcessCount,
+    ReasonStacks, Summary, Verify,
 };
 
 /// The JSON schema version written into every object.
@@ -51,17 +52,38 @@ fn rows(d: &Distribution) -> Vec<Row<'_>> {
 }
 
 #[derive(Serialize)]
-struct StackJson {
+struct ProcessJson<'a> {
+    comm: &'a str,
+    pid: u32,
     count: u64,
-    frames: Vec<String>,
 }
 
-fn stacks(st: Option<&ReasonStacks>, top: usize) -> Vec<StackJson> {
+/// The first `top` processes.
+fn processes(list: &[ProcessCount], top: usize) -> Vec<ProcessJson<'_>> {
+    list.iter()
+        .take(top)
+        .map(|p| ProcessJson {
+            comm: &p.process.comm,
+            pid: p.process.pid,
+            count: p.count,
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct StackJson<'a> {
+    count: u64,
+    frames: Vec<String>,
+    processes: Vec<ProcessJson<'a>>,
+}
+
+fn stacks(st: Option<&ReasonStacks>, top: usize) -> Vec<StackJson<'_>> {
     st.map_or(&[][..], |st| st.top(top))
         .iter()
         .map(|sc| StackJson {
             count: sc.count,
             frames: sc.stack.display(),
+            processes: processes(&sc.processes, top),
         })
         .collect()
 }
@@ -189,8 +211,9 @@ struct Interval<'a> {
     reasons: Vec<Row<'a>>,
     stack_reason: Option<&'a str>,
     stacks_captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
     compare: Option<Vec<ChangeJson<'a>>>,
+    drops: Drops,
 }
 
 /// One interval as a JSON line (no newline).
@@ -208,6 +231,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         stacks_captured: st.map_or(0, |s| s.captured),
         stacks: stacks(st, top),
         compare: iv.compare.as_deref().map(changes),
+        drops: iv.drops,
     })
 }
 
@@ -215,7 +239,8 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
 struct StackSet<'a> {
     reason: &'a str,
     captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
+    processes: Vec<ProcessJson<'a>>,
 }
 
 #[derive(Serialize)]
@@ -267,7 +292,7 @@ struct SummaryJson<'a> {
     stacks_matched: u64,
     stacks_sent: u64,
     stacks_captured: u64,
-    stacks: Vec<StackJson>,
+    stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
     captures: Vec<Capture<'a>>,
     verify: Option<Verify>,
@@ -279,6 +304,7 @@ struct SummaryJson<'a> {
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    filter: Option<&'a FilterInfo>,
 }
 
 /// The final report as a JSON line (no newline).
@@ -309,6 +335,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
                 reason: &st.reason,
                 captured: st.captured,
                 stacks: stacks(Some(st), top),
+                processes: processes(&st.processes, top),
             })
             .collect(),
         captures: sum.captures.iter().map(Capture::of).collect(),
@@ -324,6 +351,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         compare,
         baseline,
         verdict,
+        filter: sum.filter.as_ref(),
     })
 }
 
@@ -347,6 +375,7 @@ struct PinnedJson<'a> {
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    filter: Option<&'a str>,
 }
 
 /// A pinned instance's totals as a JSON line (no newline).
@@ -370,6 +399,7 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         compare,
         baseline,
         verdict,
+        filter: p.filter.as_deref(),
     })
 }
 
@@ -400,17 +430,18 @@ mod tests {
             calls: sample_calls(),
             stacks: None,
             compare: None,
+            drops: Drops::default(),
         };
         assert_eq!(
             interval(&iv, 5),
-            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null}"
+            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
         );
         let iv = IntervalReport {
             stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
             ..iv
         };
         assert!(interval(&iv, 5).ends_with(
-            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"]}],\"compare\":null}"
+            "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
         ));
     }
 
@@ -467,10 +498,10 @@ mod tests {
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 27, "{keys:?}");
+        assert_eq!(keys.len(), 28, "{keys:?}");
         assert_eq!(v["kernel"], "6.12.0");
         assert_eq!(v["start"], 1_700_000_000);
-        for k in ["profile", "compare", "baseline", "verdict"] {
+        for k in ["profile", "compare", "baseline", "verdict", "filter"] {
             assert_eq!(v[k], serde_json::Value::Null, "{k}");
         }
         assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);

@@ -4,6 +4,7 @@
 //! file (`saved`) to compare a later run with (`compare`).
 
 pub(crate) mod compare;
+pub(crate) mod flamegraph;
 pub(crate) mod folded;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
@@ -54,11 +55,50 @@ impl Stack {
     }
 }
 
+/// A process a stack was captured in: its command name (the thread's, as
+/// the kernel has it) and pid (the thread group's).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Process {
+    pub(crate) comm: String,
+    pub(crate) pid: u32,
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.comm, self.pid)
+    }
+}
+
+/// A process and how many stacks were captured in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcessCount {
+    pub(crate) process: Process,
+    pub(crate) count: u64,
+}
+
+/// Processes by count, most first (ties by name and pid).
+pub(crate) fn rank_processes(
+    counts: impl IntoIterator<Item = (Process, u64)>,
+) -> Vec<ProcessCount> {
+    let mut v: Vec<ProcessCount> = counts
+        .into_iter()
+        .map(|(process, count)| ProcessCount { process, count })
+        .collect();
+    v.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.process.cmp(&b.process))
+    });
+    v
+}
+
 /// A distinct stack and how often it was captured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StackCount {
     pub(crate) stack: Stack,
     pub(crate) count: u64,
+    /// The processes it was captured in, most first.
+    pub(crate) processes: Vec<ProcessCount>,
 }
 
 /// The stacks captured of one reason, most frequent first.
@@ -68,11 +108,17 @@ pub(crate) struct ReasonStacks {
     /// Stacks captured in all (the sum of the counts).
     pub(crate) captured: u64,
     pub(crate) stacks: Vec<StackCount>,
+    /// The processes its stacks were captured in, most first.
+    pub(crate) processes: Vec<ProcessCount>,
 }
 
 impl ReasonStacks {
     pub(crate) fn top(&self, n: usize) -> &[StackCount] {
         &self.stacks[..n.min(self.stacks.len())]
+    }
+
+    pub(crate) fn top_processes(&self, n: usize) -> &[ProcessCount] {
+        &self.processes[..n.min(self.processes.len())]
     }
 }
 
@@ -88,6 +134,8 @@ pub(crate) struct IntervalReport {
     pub(crate) stacks: Option<ReasonStacks>,
     /// With --baseline: the interval's reasons against the baseline's.
     pub(crate) compare: Option<Vec<Change>>,
+    /// The interval's drops.
+    pub(crate) drops: Drops,
 }
 
 /// Drops and misses: calls not counted under their true reason, or stacks
@@ -114,6 +162,15 @@ pub(crate) struct Drops {
 }
 
 impl Drops {
+    /// The fields that are not zero, as `name=N`, names in words.
+    pub(crate) fn nonzero(&self) -> Vec<String> {
+        self.fields()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{}={v}", k.replace('_', " ")))
+            .collect()
+    }
+
     /// Every field with its name, in report order.
     pub(crate) fn fields(&self) -> [(&'static str, u64); 8] {
         [
@@ -127,6 +184,17 @@ impl Drops {
             ("own_calls", self.own_calls),
         ]
     }
+}
+
+/// The filters a run counted with (--pid, --cgroup, --cpu).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FilterInfo {
+    /// Processes (thread groups); empty: any.
+    pub(crate) pids: Vec<u32>,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) cpus: Option<Vec<u32>>,
+    /// In words, as the header says it.
+    pub(crate) text: String,
 }
 
 /// The cheap caller lookup checked against a full unwind (--verify-caller).
@@ -219,6 +287,8 @@ pub(crate) struct Summary {
     pub(crate) companion: Option<(&'static str, Cost)>,
     /// With --baseline: the run against the baseline, and the verdict.
     pub(crate) compare: Option<Comparison>,
+    /// Which calls were counted (None: all).
+    pub(crate) filter: Option<FilterInfo>,
 }
 
 impl Summary {
@@ -245,6 +315,8 @@ pub(crate) struct Pinned {
     pub(crate) drops: Drops,
     /// With --baseline: the counts against the baseline, and the verdict.
     pub(crate) compare: Option<Comparison>,
+    /// The filter fixed at pin time, in words (None: every call counts).
+    pub(crate) filter: Option<String>,
 }
 
 impl Pinned {

@@ -125,6 +125,7 @@ mod tests {
                 ..Drops::default()
             },
             compare: None,
+            filter: None,
         }
     }
 

@@ -278,9 +278,9 @@ fn sibling(path: &Path, what: &str) -> PathBuf {
 /// Writes `text` to `path`: through a temporary file renamed over it, so
 /// that a reader never sees half a file; in place if `path` is not a
 /// regular file (a FIFO, a device, a symbolic link, which is followed).
-pub(crate) fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
-        return fs::write(path, text);
+        return fs::write(path, bytes);
     }
     let tmp = sibling(path, "tmp");
     let done = OpenOptions::new()
@@ -288,7 +288,7 @@ pub(crate) fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
         .create_new(true)
         .open(&tmp)
         .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
+            f.write_all(bytes)?;
             f.sync_all()
         })
         .and_then(|()| fs::rename(&tmp, path));
@@ -298,37 +298,78 @@ pub(crate) fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
     done
 }
 
-/// Writes the result to `path` (`--save`). If that fails the result is not
-/// lost: it goes to a file of its own in the temporary directory or, if
-/// even that fails, to standard error; the error says where it went.
-pub(crate) fn save(path: &Path, saved: &Saved) -> Result<()> {
-    let text = saved.to_json() + "\n";
-    let Err(e) = write_file(path, &text) else {
-        return Ok(());
-    };
-    let failed = format!("--save {}: cannot write it: {e}", path.display());
-    let rescue = std::env::temp_dir().join(format!(
-        "topdown-result-{}-{}.json",
-        saved.func,
-        std::process::id()
-    ));
-    let rescued = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&rescue)
-        .and_then(|mut f| f.write_all(text.as_bytes()));
-    match rescued {
-        Ok(()) => Err(Error::msg(format!(
-            "{failed}; the result is in {} instead",
-            rescue.display()
-        ))),
-        Err(_) => {
-            eprint!("{text}");
-            Err(Error::msg(format!(
-                "{failed}; the result is the line above, on standard error"
-            )))
+/// An output written at exit, and where it goes if its file cannot be
+/// written: a file of its own in the temporary directory or, failing that,
+/// standard error. Nothing is lost after a long run.
+pub(crate) struct Output<'a> {
+    /// The option that named the file (`--save`).
+    pub(crate) option: &'a str,
+    pub(crate) path: &'a Path,
+    pub(crate) bytes: &'a [u8],
+    /// What it is, in the error (`the result`).
+    pub(crate) what: &'a str,
+    /// The rescue file's name in the temporary directory.
+    pub(crate) rescue: String,
+    /// What goes to standard error if even that fails (the bytes, or
+    /// their text form), and how the error names it.
+    pub(crate) stderr: &'a str,
+    pub(crate) stderr_what: &'a str,
+}
+
+impl Output<'_> {
+    /// Writes the file (as `write_file`). If that fails the output is
+    /// rescued, and the error says where it went.
+    pub(crate) fn write(&self) -> Result<()> {
+        let Err(e) = write_file(self.path, self.bytes) else {
+            return Ok(());
+        };
+        let failed = format!(
+            "{} {}: cannot write it: {e}",
+            self.option,
+            self.path.display()
+        );
+        let rescue = std::env::temp_dir().join(&self.rescue);
+        let rescued = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&rescue)
+            .and_then(|mut f| f.write_all(self.bytes));
+        match rescued {
+            Ok(()) => Err(Error::msg(format!(
+                "{failed}; {} is in {} instead",
+                self.what,
+                rescue.display()
+            ))),
+            Err(_) => {
+                eprint!("{}", self.stderr);
+                Err(Error::msg(format!(
+                    "{failed}; {} {} above, on standard error",
+                    self.stderr_what,
+                    if self.stderr.lines().count() == 1 {
+                        "is the line"
+                    } else {
+                        "are the lines"
+                    }
+                )))
+            }
         }
     }
+}
+
+/// Writes the result to `path` (`--save`); if that fails it is rescued
+/// (`Output`).
+pub(crate) fn save(path: &Path, saved: &Saved) -> Result<()> {
+    let text = saved.to_json() + "\n";
+    Output {
+        option: "--save",
+        path,
+        bytes: text.as_bytes(),
+        what: "the result",
+        rescue: format!("topdown-result-{}-{}.json", saved.func, std::process::id()),
+        stderr: &text,
+        stderr_what: "the result",
+    }
+    .write()
 }
 
 #[cfg(test)]
@@ -422,6 +463,42 @@ pub(crate) mod tests {
         assert_eq!(
             err(&other.to_json()),
             "it is a result for function vfs_read, not deferred_split_folio"
+        );
+    }
+
+    #[test]
+    fn an_output_that_cannot_be_written_is_rescued() {
+        let nowhere = Path::new("/nonexistent-dir/out.svg");
+        let rescue = format!("topdown-test-rescue-{}.svg", std::process::id());
+        let out = Output {
+            option: "--flamegraph",
+            path: nowhere,
+            bytes: b"<svg/>",
+            what: "the flame graph",
+            rescue: rescue.clone(),
+            stderr: "A;b 1\n",
+            stderr_what: "its stacks, folded,",
+        };
+        let e = out.write().unwrap_err().to_string();
+        let at = std::env::temp_dir().join(&rescue);
+        assert!(
+            e.starts_with("--flamegraph /nonexistent-dir/out.svg: cannot write it: ")
+                && e.ends_with(&format!("; the flame graph is in {} instead", at.display())),
+            "{e}"
+        );
+        assert_eq!(fs::read(&at).unwrap(), b"<svg/>");
+        fs::remove_file(&at).unwrap();
+        // No rescue file either: the text goes to standard error.
+        let e = Output {
+            rescue: "no/such/dir/x".into(),
+            ..out
+        }
+        .write()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.ends_with("; its stacks, folded, is the line above, on standard error"),
+            "{e}"
         );
     }
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::report::compare::{Change, Comparison, Fig};
 use crate::report::{
-    calls, Cost, Distribution, Drops, IntervalReport, Pinned, ReasonStacks, Summary,
+    calls, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount, ReasonStacks, Summary,
 };
 
 fn table(out: &mut String, d: &Distribution, count_title: &str) {
@@ -33,8 +33,14 @@ fn table(out: &mut String, d: &Distribution, count_title: &str) {
 /// captured.
 pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
     let d = &iv.calls;
+    let drops = iv.drops.nonzero();
+    let drops = if drops.is_empty() {
+        String::new()
+    } else {
+        format!("; drops: {}", drops.join(", "))
+    };
     let mut s = format!(
-        "{}  {} in {:.2}s, {:.1}/s\n",
+        "{}  {} in {:.2}s, {:.1}/s{drops}\n",
         iv.clock,
         calls(d.total),
         d.secs,
@@ -145,6 +151,45 @@ fn before_after(s: &mut String, cmp: &Comparison) {
     let _ = writeln!(s, "  {}: {}", v.outcome.phase().name(), v.why);
 }
 
+/// Processes shown with each stack.
+const STACK_PROCESSES: usize = 3;
+
+/// The first `n` processes as `comm[pid] count`, and how many more there are.
+fn processes(list: &[ProcessCount], n: usize) -> String {
+    let mut parts: Vec<String> = list
+        .iter()
+        .take(n)
+        .map(|p| format!("{} {}", p.process, p.count))
+        .collect();
+    if list.len() > n {
+        parts.push(format!("+{} more", list.len() - n));
+    }
+    parts.join(", ")
+}
+
+/// A reason's top processes over the run, with their share of its stacks.
+fn top_processes(st: &ReasonStacks, top: usize) -> String {
+    let list: Vec<String> = st
+        .top_processes(top)
+        .iter()
+        .map(|p| {
+            let share = 100.0 * p.count as f64 / st.captured.max(1) as f64;
+            format!("{} {} ({share:.1}%)", p.process, p.count)
+        })
+        .collect();
+    let more = st.processes.len().saturating_sub(top);
+    let more = if more > 0 {
+        format!(", +{more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "  top processes of {}: {}{more}\n",
+        st.reason,
+        list.join(", ")
+    )
+}
+
 /// A reason's top stacks as an indented list, caller first, each with its
 /// count and share of the stacks captured.
 pub(crate) fn stacks(st: &ReasonStacks, top: usize) -> String {
@@ -154,7 +199,12 @@ pub(crate) fn stacks(st: &ReasonStacks, top: usize) -> String {
     );
     for sc in st.top(top) {
         let share = 100.0 * sc.count as f64 / st.captured.max(1) as f64;
-        let _ = writeln!(s, "    {} ({share:.1}%)", sc.count);
+        let _ = writeln!(
+            s,
+            "    {} ({share:.1}%)  {}",
+            sc.count,
+            processes(&sc.processes, STACK_PROCESSES)
+        );
         for f in sc.stack.display() {
             let _ = writeln!(s, "      {f}");
         }
@@ -174,6 +224,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         sum.mode,
         sum.phase.name()
     );
+    if let Some(f) = &sum.filter {
+        let _ = writeln!(s, "  counting only calls {}", f.text);
+    }
     table(&mut s, d, "TOTAL");
     if !sum.other_merges.is_empty() {
         let _ = writeln!(
@@ -189,6 +242,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         s.push_str(&captures(sum));
     }
     for st in &sum.stacks {
+        if st.captured > 0 {
+            s.push_str(&top_processes(st, top));
+        }
         s.push_str(&stacks(st, top));
     }
     if let Some(cmp) = &sum.compare {
@@ -279,6 +335,9 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         d.rate,
         p.mode,
     );
+    if let Some(f) = &p.filter {
+        let _ = writeln!(s, "  counting only calls {f}");
+    }
     let shown = Distribution {
         rows: d.rows.iter().filter(|r| r.count > 0).cloned().collect(),
         ..d.clone()
@@ -366,10 +425,23 @@ pub(crate) mod tests {
         }
     }
 
+    /// A process count: `thp[42]` with `count` stacks.
+    pub(crate) fn thp(count: u64) -> ProcessCount {
+        ProcessCount {
+            process: crate::report::Process {
+                comm: "thp".into(),
+                pid: 42,
+            },
+            count,
+        }
+    }
+
+    /// Stacks of `reason`, each captured in process thp[42].
     pub(crate) fn stacks_of(reason: &str, stacks: &[(&[&str], u64)]) -> ReasonStacks {
+        let captured = stacks.iter().map(|s| s.1).sum();
         ReasonStacks {
             reason: reason.into(),
-            captured: stacks.iter().map(|s| s.1).sum(),
+            captured,
             stacks: stacks
                 .iter()
                 .map(|(k, n)| StackCount {
@@ -378,8 +450,10 @@ pub(crate) mod tests {
                         user: vec![],
                     },
                     count: *n,
+                    processes: vec![thp(*n)],
                 })
                 .collect(),
+            processes: vec![thp(captured)],
         }
     }
 
@@ -431,6 +505,7 @@ pub(crate) mod tests {
             cost: Cost::default(),
             companion: None,
             compare: None,
+            filter: None,
         }
     }
 
@@ -441,6 +516,7 @@ pub(crate) mod tests {
             calls,
             stacks: None,
             compare: None,
+            drops: Drops::default(),
         }
     }
 
@@ -484,8 +560,21 @@ pub(crate) mod tests {
         assert!(!interval(&iv, 5).contains("top stacks"));
         iv.stacks = Some(stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)]));
         let t = interval(&iv, 1);
-        assert!(t.contains("  top stacks of ZAP (3 captured):\n    2 (66.7%)\n      zap+0x1\n"));
+        assert!(t.contains(
+            "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
+        ));
         assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
+    }
+
+    #[test]
+    fn nonzero_drops_show_on_the_interval_line() {
+        let mut iv = report(sample_calls());
+        assert!(interval(&iv, 5).starts_with("12:00:00  40 calls in 2.00s, 20.0/s\n"));
+        iv.drops.stacks_rate_capped = 12;
+        iv.drops.own_calls = 1;
+        assert!(interval(&iv, 5).starts_with(
+            "12:00:00  40 calls in 2.00s, 20.0/s; drops: stacks rate capped=12, own calls=1\n"
+        ));
     }
 
     #[test]
@@ -502,6 +591,24 @@ pub(crate) mod tests {
             .find("top stacks of do_huge_pmd_anonymous_page (3 captured):")
             .unwrap();
         assert!(first < second);
+        assert!(t.contains(
+            "  top processes of do_huge_pmd_anonymous_page: thp[42] 3 (100.0%)\n  top stacks of do_huge_pmd_anonymous_page (3 captured):\n"
+        ), "{t}");
+        let mut more = sample_summary();
+        more.stacks[1].processes = (1..=7)
+            .map(|n| ProcessCount {
+                process: crate::report::Process {
+                    comm: format!("p{n}"),
+                    pid: n as u32,
+                },
+                count: 8 - n,
+            })
+            .collect();
+        assert!(summary(&more, 2).contains(
+            "  top processes of do_huge_pmd_anonymous_page: p1[1] 7 (233.3%), p2[2] 6 (200.0%), +5 more\n"
+        ));
+        more.stacks[1].stacks[0].processes = more.stacks[1].processes.clone();
+        assert!(summary(&more, 5).contains("    3 (100.0%)  p1[1] 7, p2[2] 6, p3[3] 5, +4 more\n"));
         assert!(t.contains(
             "  stack capture:\n    folio_remove_rmap_ptes      0.5s to 2.0s: 1 call, 1 stack, first 3.5 ms after the switch\n    do_huge_pmd_anonymous_page  2.0s to 3.0s: 30 calls, 3 stacks\n"
         ), "{t}");
@@ -540,6 +647,7 @@ pub(crate) mod tests {
             },
             drops: Drops::default(),
             compare: None,
+            filter: None,
         };
         let t = pinned(&p);
         assert!(

@@ -10,7 +10,7 @@ use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
 
 use crate::bpf::abi::Sample;
 use crate::error::{Error, Result};
-use crate::report::{Stack, StackCount};
+use crate::report::{rank_processes, Process, ProcessCount, Stack, StackCount};
 
 /// The frames above the traced function's entry frame, caller first. BPF
 /// program and trampoline frames sit below it and are dropped with it. If
@@ -99,42 +99,60 @@ impl Capture {
     }
 }
 
-/// Counts per distinct stack, for the interval and for the run.
-#[derive(Debug, Default)]
-pub(crate) struct Tally {
-    interval: HashMap<Stack, u64>,
-    run: HashMap<Stack, u64>,
+/// A distinct stack's count, per process.
+#[derive(Debug, Default, Clone)]
+struct PerStack {
+    count: u64,
+    processes: HashMap<Process, u64>,
 }
 
-/// Stacks by count, most frequent first (ties in stack order), and their
-/// total.
-fn ranked(map: &HashMap<Stack, u64>) -> (u64, Vec<StackCount>) {
+/// Counts per distinct stack and process, for the interval and for the run.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    interval: HashMap<Stack, PerStack>,
+    run: HashMap<Stack, PerStack>,
+}
+
+/// Stacks by count, most frequent first (ties in stack order), their
+/// total, and the processes of all of them, most first.
+fn ranked(map: &HashMap<Stack, PerStack>) -> (u64, Vec<StackCount>, Vec<ProcessCount>) {
+    let mut all: HashMap<Process, u64> = HashMap::new();
     let mut v: Vec<StackCount> = map
         .iter()
-        .map(|(s, &count)| StackCount {
-            stack: s.clone(),
-            count,
+        .map(|(s, per)| {
+            for (p, n) in &per.processes {
+                *all.entry(p.clone()).or_default() += n;
+            }
+            StackCount {
+                stack: s.clone(),
+                count: per.count,
+                processes: rank_processes(per.processes.iter().map(|(p, &n)| (p.clone(), n))),
+            }
         })
         .collect();
     v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.stack.cmp(&b.stack)));
-    (v.iter().map(|s| s.count).sum(), v)
+    (v.iter().map(|s| s.count).sum(), v, rank_processes(all))
 }
 
 impl Tally {
-    pub(crate) fn add(&mut self, stack: Stack) {
-        *self.interval.entry(stack.clone()).or_default() += 1;
-        *self.run.entry(stack).or_default() += 1;
+    pub(crate) fn add(&mut self, stack: Stack, process: Process) {
+        for map in [&mut self.interval, &mut self.run] {
+            let per = map.entry(stack.clone()).or_default();
+            per.count += 1;
+            *per.processes.entry(process.clone()).or_default() += 1;
+        }
     }
 
-    /// The interval's stacks and their total; starts a new interval.
-    pub(crate) fn end_interval(&mut self) -> (u64, Vec<StackCount>) {
+    /// The interval's stacks, their total and their processes; starts a
+    /// new interval.
+    pub(crate) fn end_interval(&mut self) -> (u64, Vec<StackCount>, Vec<ProcessCount>) {
         let out = ranked(&self.interval);
         self.interval.clear();
         out
     }
 
-    /// The run's stacks and their total.
-    pub(crate) fn run(&self) -> (u64, Vec<StackCount>) {
+    /// The run's stacks, their total and their processes.
+    pub(crate) fn run(&self) -> (u64, Vec<StackCount>, Vec<ProcessCount>) {
         ranked(&self.run)
     }
 }
@@ -176,25 +194,60 @@ mod tests {
         assert_eq!(above_entry(&[0xb, 0xc], func, 16, 0xa), [0xb, 0xc]);
     }
 
+    fn proc(comm: &str, pid: u32) -> Process {
+        Process {
+            comm: comm.into(),
+            pid,
+        }
+    }
+
     #[test]
     fn tally_counts_per_interval_and_run() {
         let mut t = Tally::default();
         let a = stack(&["zap_pte_range+0x1", "unmap_page_range+0x2"]);
         let b = stack(&["do_huge_pmd_anonymous_page+0x3"]);
-        t.add(a.clone());
-        t.add(a.clone());
-        t.add(b.clone());
-        let (n, rows) = t.end_interval();
+        t.add(a.clone(), proc("thp", 7));
+        t.add(a.clone(), proc("thp", 7));
+        t.add(b.clone(), proc("thp", 7));
+        let (n, rows, procs) = t.end_interval();
         assert_eq!(n, 3);
         assert_eq!((rows[0].count, &rows[0].stack), (2, &a));
         assert_eq!(rows[1].count, 1);
-        t.add(b.clone());
-        let (n, rows) = t.end_interval();
+        assert_eq!((procs.len(), procs[0].count), (1, 3));
+        t.add(b.clone(), proc("cc1", 9));
+        let (n, rows, _) = t.end_interval();
         assert_eq!((n, rows.len(), rows[0].count), (1, 1, 1));
-        let (n, rows) = t.run();
+        let (n, rows, procs) = t.run();
         assert_eq!(n, 4);
+        assert_eq!(procs.len(), 2);
         assert_eq!((rows[0].count, rows[1].count), (2, 2));
         // Equal counts: in stack order, so output is stable.
         assert_eq!(rows[0].stack, b);
+    }
+
+    #[test]
+    fn processes_are_counted_per_stack_and_per_reason() {
+        let mut t = Tally::default();
+        let a = stack(&["a"]);
+        let b = stack(&["b"]);
+        for (s, p) in [
+            (&a, proc("thp", 7)),
+            (&a, proc("thp", 8)),
+            (&a, proc("thp", 8)),
+            (&b, proc("thp", 7)),
+            (&b, proc("kworker/0:1", 12)),
+        ] {
+            t.add(s.clone(), p);
+        }
+        let (_, rows, procs) = t.run();
+        let text = |v: &[ProcessCount]| {
+            v.iter()
+                .map(|p| format!("{} {}", p.process, p.count))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(text(&rows[0].processes), ["thp[8] 2", "thp[7] 1"]);
+        // Ties: by name, then pid.
+        assert_eq!(text(&rows[1].processes), ["kworker/0:1[12] 1", "thp[7] 1"]);
+        assert_eq!(text(&procs), ["thp[7] 2", "thp[8] 2", "kworker/0:1[12] 1"]);
     }
 }

@@ -17,13 +17,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::maps::Maps;
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Probe, ProgStats};
 use crate::error::Result;
+use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
 use crate::report::compare::{self, Baseline, RunInfo, Side};
-use crate::report::{self, Pinned, ReasonRow, Stack, Summary};
+use crate::report::{self, Pinned, Process, ReasonRow, Stack, Summary};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
@@ -113,7 +115,11 @@ impl Stacks {
             let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
             let kernel = self.symbols.kernel(ksyms, &frames);
             let user = self.symbols.user(s.pid, &s.ustack);
-            state.add_stack(s.reason, Stack { kernel, user }, s.ts);
+            let process = Process {
+                comm: s.comm,
+                pid: s.pid,
+            };
+            state.add_stack(s.reason, Stack { kernel, user }, process, s.ts);
         }
     }
 
@@ -142,6 +148,9 @@ pub(crate) struct Context<'a> {
     pub(crate) symbols: Symbols,
     /// The kernel and profile, for the summary and the comparison.
     pub(crate) info: RunInfo,
+    /// Which calls count: the --pid filter's processes are watched, and
+    /// taken out of it when they exit.
+    pub(crate) filter: Filter,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
@@ -177,7 +186,9 @@ pub(crate) fn run(
         stack_on,
         symbols,
         info,
+        filter,
     } = ctx;
+    let mut watched = filter.pids.clone();
     let before = opts.baseline.as_ref().map(|b| b.saved.calls());
     let mut poller = Poller::default();
     // What the counters held at the start: a pinned instance has counted
@@ -193,7 +204,7 @@ pub(crate) fn run(
     } else {
         (vec![0; NR_SLOTS], Stats::default(), ProgStats::default())
     };
-    let mut state = State::new(trigger, base.clone());
+    let mut state = State::new(trigger, base.clone(), base_stats, base_prog);
     // The ring buffer is set up before anything can be captured, so
     // nothing slow stands between a decision and the first stack.
     let capture = match stack_on.is_some() || state.auto() {
@@ -256,6 +267,7 @@ pub(crate) fn run(
             continue;
         }
         let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+        watch_exits(&mut watched, probe.maps())?;
         let secs = (now - start).as_secs_f64();
         if now >= next_tick {
             if let Some(d) = state
@@ -278,12 +290,13 @@ pub(crate) fn run(
         }
         let ended = end.is_some_and(|e| now >= e);
         if now >= next_print || ended {
+            let counters = (probe.maps().stats()?, probe.prog_stats());
             let mut report = state.interval(
                 cur,
+                counters,
                 (now - last).as_secs_f64(),
                 &mapper.reasons,
-                unix_now(),
-                report::text::clock(),
+                (unix_now(), report::text::clock()),
             );
             if let (Some(b), Some(before)) = (&opts.baseline, &before) {
                 let named = named(mapper);
@@ -336,6 +349,7 @@ pub(crate) fn run(
             companion: companion.map(|(kind, c)| (kind.name(), c)),
             verify_caller: opts.verify_caller,
             info: &info,
+            filter: filter.report(),
         },
         &mapper.reasons,
     );
@@ -394,7 +408,30 @@ pub(crate) fn snapshot(
         calls,
         drops: state::drops(slot(SLOT_NOT_FOUND), slot(SLOT_SITES_FULL), &stats, &prog),
         compare: None,
+        filter: meta.filter.clone(),
     })
+}
+
+/// Takes the processes of the pid filter that exited out of it (a new
+/// process given the same pid must not count), with a notice; not an
+/// error: counting goes on for the others, if any.
+fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
+    let mut i = 0;
+    while i < watched.len() {
+        if watched[i].alive() {
+            i += 1;
+            continue;
+        }
+        let p = watched.remove(i);
+        maps.drop_pid(p.pid)?;
+        let left = if watched.is_empty() {
+            "; no process of --pid is left: nothing more will be counted".to_string()
+        } else {
+            String::new()
+        };
+        eprintln!("topdown: pid {} ({}) exited{left}", p.pid, p.comm);
+    }
+    Ok(())
 }
 
 /// The notice of a switch of capture, on stderr.

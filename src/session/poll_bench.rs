@@ -30,7 +30,8 @@ use std::hint::black_box;
 use std::mem::size_of;
 use std::time::Duration;
 
-use crate::bpf::abi::{self, FIRST_REASON, NR_SLOTS};
+use crate::bpf::abi::{self, Stats, FIRST_REASON, NR_SLOTS};
+use crate::bpf::probe::ProgStats;
 use crate::bpf::skel::types;
 use crate::reasons::Reasons;
 use crate::report::text::clock;
@@ -124,7 +125,12 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         },
         None,
     );
-    let mut state = State::new(trigger, vec![0; NR_SLOTS]);
+    let mut state = State::new(
+        trigger,
+        vec![0; NR_SLOTS],
+        Stats::default(),
+        ProgStats::default(),
+    );
     let mut poller = Poller::default();
     let (mut t_counts, mut t_pending, mut t_copies, mut t_tick, mut t_interval, mut t_total) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -173,7 +179,9 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         let now = p as f64 * tick;
         black_box(state.tick(now, (now * 1e9) as u64, &cur));
         let t3 = Instant::now();
-        black_box(state.interval(cur, tick, &reasons, now, clock()));
+        // The drop counters come from map reads, left out like the others.
+        let counters = (Stats::default(), ProgStats::default());
+        black_box(state.interval(cur, counters, tick, &reasons, (now, clock())));
         let t4 = Instant::now();
         // Poll 0 resolves every site: not the steady state.
         if p > 0 {

@@ -10,7 +10,8 @@ use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::compare::RunInfo;
 use crate::report::{
-    CaptureSpan, Cost, Drops, IntervalReport, Phase, ReasonStacks, Stack, Summary, Verify,
+    CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, Process, ReasonStacks, Stack,
+    Summary, Verify,
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
@@ -31,6 +32,7 @@ pub(crate) struct End<'a> {
     pub(crate) companion: Option<(&'static str, ProgStats)>,
     pub(crate) verify_caller: bool,
     pub(crate) info: &'a RunInfo,
+    pub(crate) filter: Option<FilterInfo>,
 }
 
 /// A stretch of capture of one reason.
@@ -54,6 +56,9 @@ pub(crate) struct State {
     /// counted before), and at the last printed interval.
     base: Vec<u64>,
     prev: Vec<u64>,
+    /// The drop counters at the last printed interval.
+    prev_stats: Stats,
+    prev_prog: ProgStats,
     tallies: HashMap<u32, Tally>,
     spans: Vec<Span>,
 }
@@ -86,13 +91,16 @@ fn count_of(totals: &[u64], slot: u32) -> u64 {
 }
 
 impl State {
-    /// A run whose counters read `base` at its start.
-    pub(crate) fn new(mut trigger: Trigger, base: Vec<u64>) -> Self {
+    /// A run whose counters read `base` at its start (and its drop
+    /// counters `stats` and `prog`).
+    pub(crate) fn new(mut trigger: Trigger, base: Vec<u64>, stats: Stats, prog: ProgStats) -> Self {
         trigger.start_from(&base);
         State {
             trigger,
             prev: base.clone(),
             base,
+            prev_stats: stats,
+            prev_prog: prog,
             tallies: HashMap::new(),
             spans: Vec::new(),
         }
@@ -139,31 +147,44 @@ impl State {
     }
 
     /// A captured stack of `reason`, taken at `ts_ns`.
-    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, ts_ns: u64) {
-        self.tallies.entry(reason).or_default().add(stack);
+    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, process: Process, ts_ns: u64) {
+        self.tallies.entry(reason).or_default().add(stack, process);
         if let Some(span) = self.spans.iter_mut().rev().find(|s| s.slot == reason) {
             span.stacks += 1;
             span.first_stack_ns.get_or_insert(ts_ns);
         }
     }
 
-    /// A print interval of `secs` ended with cumulative per-slot `totals`.
+    /// A print interval of `secs` ended with cumulative per-slot `totals`
+    /// and drop counters `counters`.
     pub(crate) fn interval(
         &mut self,
         totals: Vec<u64>,
+        counters: (Stats, ProgStats),
         secs: f64,
         reasons: &Reasons,
-        unix_time: f64,
-        clock: String,
+        time: (f64, String),
     ) -> IntervalReport {
+        let (unix_time, clock) = time;
         let iv = Interval::between(&self.prev, &totals, secs);
+        let delta = |slot: u32| count_of(&totals, slot).wrapping_sub(count_of(&self.prev, slot));
+        let (stats, prog) = counters;
+        let drops = drops(
+            delta(SLOT_NOT_FOUND),
+            delta(SLOT_SITES_FULL),
+            &stats.since(&self.prev_stats),
+            &prog.since(&self.prev_prog),
+        );
+        self.prev_stats = stats;
+        self.prev_prog = prog;
         self.prev = totals;
         let stacks = self.target().map(|t| {
-            let (captured, stacks) = self.tallies.entry(t).or_default().end_interval();
+            let (captured, stacks, processes) = self.tallies.entry(t).or_default().end_interval();
             ReasonStacks {
                 reason: reasons.name(t).to_string(),
                 captured,
                 stacks,
+                processes,
             }
         });
         IntervalReport {
@@ -172,6 +193,7 @@ impl State {
             calls: iv.named(reasons),
             stacks,
             compare: None,
+            drops,
         }
     }
 
@@ -196,11 +218,12 @@ impl State {
         let stacks = order
             .iter()
             .map(|&s| {
-                let (captured, stacks) = self.tallies.get(&s).unwrap_or(&empty).run();
+                let (captured, stacks, processes) = self.tallies.get(&s).unwrap_or(&empty).run();
                 ReasonStacks {
                     reason: reasons.name(s).to_string(),
                     captured,
                     stacks,
+                    processes,
                 }
             })
             .collect();
@@ -247,6 +270,7 @@ impl State {
             cost: cost(end.prog),
             companion: end.companion.map(|(k, p)| (k, cost(p))),
             compare: None,
+            filter: end.filter.clone(),
         }
     }
 }
@@ -277,6 +301,21 @@ mod tests {
         Stack {
             kernel: vec![f.into()],
             user: vec![],
+        }
+    }
+
+    /// Drop counters: `capped` stacks over the rate cap so far.
+    fn counters(capped: u64) -> (Stats, ProgStats) {
+        (
+            Stats::with(&[], &[(StackStat::TD_STACK_RATE_CAPPED, capped)]),
+            ProgStats::default(),
+        )
+    }
+
+    fn thp() -> Process {
+        Process {
+            comm: "thp".into(),
+            pid: 42,
         }
     }
 
@@ -311,16 +350,22 @@ mod tests {
             },
             companion: None,
             verify_caller: false,
+            filter: None,
         }
     }
 
     #[test]
     fn intervals_are_deltas_and_ticks_start_capture_between_them() {
         let r = reasons();
-        let mut s = State::new(trigger(true), vec![0; NR_SLOTS]);
+        let mut s = State::new(
+            trigger(true),
+            vec![0; NR_SLOTS],
+            Stats::default(),
+            ProgStats::default(),
+        );
         assert!(s.auto());
         assert!(s.tick(1.0, 1_000, &totals(0, 50, 50)).is_none());
-        let iv = s.interval(totals(0, 50, 50), 1.0, &r, 0.0, "c".into());
+        let iv = s.interval(totals(0, 50, 50), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.calls.total, 100);
         assert_eq!(iv.stacks, None);
         assert!(s.tick(2.0, 2_000, &totals(0, 50, 50)).is_none());
@@ -328,30 +373,47 @@ mod tests {
         let d = s.tick(2.1, 2_100, &totals(0, 50, 95)).unwrap();
         assert_eq!(d.switch, Switch::Start(3));
         assert_eq!(s.target(), Some(3));
-        s.add_stack(3, stack("zap"), 1_150);
-        s.add_stack(3, stack("zap"), 1_160);
-        let iv = s.interval(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
+        s.add_stack(3, stack("zap"), thp(), 1_150);
+        s.add_stack(3, stack("zap"), thp(), 1_160);
+        let iv = s.interval(totals(0, 55, 150), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.calls.total, 105);
         let st = iv.stacks.unwrap();
         assert_eq!((st.reason.as_str(), st.captured), ("ZAP", 2));
         // The next interval starts with no stacks.
-        let iv = s.interval(totals(0, 55, 150), 1.0, &r, 0.0, "c".into());
+        let iv = s.interval(totals(0, 55, 150), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.stacks.unwrap().captured, 0);
+        assert_eq!(iv.drops, Drops::default());
+        // Drops are the interval's: deltas of the counters.
+        let iv = s.interval(totals(3, 55, 150), counters(7), 1.0, &r, (0.0, "c".into()));
+        assert_eq!(
+            (iv.drops.caller_not_found, iv.drops.stacks_rate_capped),
+            (3, 7)
+        );
+        let iv = s.interval(totals(3, 55, 150), counters(9), 1.0, &r, (0.0, "c".into()));
+        assert_eq!(
+            (iv.drops.caller_not_found, iv.drops.stacks_rate_capped),
+            (0, 2)
+        );
     }
 
     #[test]
     fn the_summary_names_drops_phase_captures_and_stacks_in_order() {
         let r = reasons();
-        let mut s = State::new(trigger(true), vec![0; NR_SLOTS]);
+        let mut s = State::new(
+            trigger(true),
+            vec![0; NR_SLOTS],
+            Stats::default(),
+            ProgStats::default(),
+        );
         assert_eq!(
             s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
             Switch::Start(2)
         );
-        s.add_stack(2, stack("fault"), 520);
+        s.add_stack(2, stack("fault"), thp(), 520);
         assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
         let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
         assert_eq!(d.switch, Switch::Move { from: 2, to: 3 });
-        s.add_stack(3, stack("zap"), 2_040);
+        s.add_stack(3, stack("zap"), thp(), 2_040);
         let t = totals(4, 130, 500);
         let stats = Stats::with(
             &[(Stat::TD_STAT_OWN_CALLS, 5)],
@@ -403,7 +465,12 @@ mod tests {
     #[test]
     fn a_counting_run_has_no_stacks_and_verify_when_asked() {
         let r = reasons();
-        let mut s = State::new(trigger(false), vec![0; NR_SLOTS]);
+        let mut s = State::new(
+            trigger(false),
+            vec![0; NR_SLOTS],
+            Stats::default(),
+            ProgStats::default(),
+        );
         assert!(!s.auto());
         assert!(s.tick(1.0, 0, &totals(0, 100, 0)).is_none());
         let t = totals(0, 1, 0);
@@ -429,6 +496,8 @@ mod tests {
                 Some(2),
             ),
             vec![0; NR_SLOTS],
+            Stats::default(),
+            ProgStats::default(),
         );
         s.capturing(2, 0.0, 7, &totals(0, 0, 0));
         // Pinned: a hot ZAP moves nothing.

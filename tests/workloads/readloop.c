@@ -6,7 +6,7 @@
  * Each read goes through read_one(), a function of its own with a frame pointer: the
  * kernel's user-stack unwinder follows frame pointers, and libc's read() sets up no
  * frame, so the frame pointer it leaves names read_one's caller, main().
- * Usage:  readloop N
+ * Usage:  readloop N [GOFILE]
  *
  * Opens /dev/zero once, then makes exactly N read(fd, buf, 1) system calls, i.e. N calls
  * of vfs_read() (ksys_read -> vfs_read), each returning 1.  Being static, the program
@@ -15,7 +15,12 @@
  * on stdout, the loop's wall time on stderr (for benchmarks, as ratios within one run)
  *   readloop: elapsed_ns=T ns_per_read=T/N
  * and exits 0.  Usage errors exit 2, a failed open/read exits 1.
+ *
+ * With GOFILE it opens /dev/zero, prints "readloop: ready" and waits until GOFILE exists
+ * (stat() every 10 ms: no read() meanwhile) before its reads, so that a tracer can be
+ * pointed at its pid (topdown -p) before the first one.
  */
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,10 +44,11 @@ int main(int argc, char **argv)
 	char *end, c;
 	int fd;
 
-	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		fputs("usage: readloop N\n"
+	if (argc < 2 || argc > 3 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		fputs("usage: readloop N [GOFILE]\n"
 		      "Reads 1 byte from /dev/zero N times (N read() calls, one vfs_read() each),\n"
-		      "then prints \"readloop: reads=N\".\n",
+		      "then prints \"readloop: reads=N\".  With GOFILE: prints \"readloop: ready\"\n"
+		      "and waits for GOFILE to exist first.\n",
 		      argc == 2 ? stdout : stderr);
 		return argc == 2 ? 0 : 2;
 	}
@@ -56,6 +62,15 @@ int main(int argc, char **argv)
 	if (fd < 0) {
 		fprintf(stderr, "readloop: open /dev/zero: %s\n", strerror(errno));
 		return 1;
+	}
+	if (argc == 3) {
+		struct timespec tick = { 0, 10 * 1000 * 1000 };
+		struct stat st;
+
+		printf("readloop: ready\n");
+		fflush(stdout);
+		while (stat(argv[2], &st) != 0)
+			nanosleep(&tick, NULL);
 	}
 	struct timespec t0, t1;
 

@@ -1,4 +1,5 @@
-# Overhead benchmark (prints figures; it checks only that every measurement was made).
+# Overhead benchmark (prints figures; it checks only that every measurement was made,
+# and that the runs filtered on the readers' pids counted exactly their reads).
 # Software emulation distorts absolute times, so every figure is a ratio against a
 # baseline of the same guest run, and configurations are measured in interleaved
 # rounds (A B C ... A B C ...):
@@ -40,12 +41,18 @@ fentry, capture gate in, capture off|--fentry --min-events 1000000000
 fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-rate 1
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
 kprobe, counting only|--kprobe --no-auto
+fentry, counting only, -C 0: every call passes the CPU filter|--fentry --no-auto -C 0
+fentry, counting only, --cgroup of the root: every call passes|--fentry --no-auto --cgroup /sys/fs/cgroup
+fentry, counting only, -p of the readers: every call passes the pid filter|--fentry --no-auto -p @readers
+fentry, counting only, -p 1: every call filtered out by pid|--fentry --no-auto -p 1
+fentry, counting only, -C 1: every call filtered out by CPU|--fentry --no-auto -C 1
 EOC
 # TD_BENCH_QUICK=1 (the default suite's bench_quick case): one short round of the first
-# rows and the kprobe one, to show that the script still works; no figure to keep.
+# rows, the kprobe one and the pid filter's readers, to show that the script still
+# works; no figure to keep.
 if [ -n "${TD_BENCH_QUICK:-}" ]; then
 	N=2000 ROUNDS=1 WINDOWS=2 WINDOW_READS=1000
-	awk -F'|' 'NR <= 2 || $1 ~ /^kprobe/' "$TD_TMP/configs" >"$TD_TMP/configs.quick"
+	awk -F'|' 'NR <= 2 || $1 ~ /^kprobe/ || $2 ~ /@readers/' "$TD_TMP/configs" >"$TD_TMP/configs.quick"
 	mv "$TD_TMP/configs.quick" "$TD_TMP/configs"
 fi
 
@@ -68,8 +75,41 @@ else
 	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
 fi
 
-# read_ns: one readloop of N reads on CPU 0, its ns per read.
-read_ns() { taskset -c 0 readloop "$N" 2>&1 >/dev/null | sed -n 's/.*ns_per_read=//p'; }
+# readers COUNT READS: starts COUNT readloops of READS reads each on CPU 0, waiting for
+# their go files, so that topdown -p can name them (their pids are added to
+# READER_PIDS), and queues them for `reads`, which then uses them in turn.
+READER_SEQ=0
+readers() {
+	_n=0
+	while [ $_n -lt "$1" ]; do
+		_n=$((_n + 1)) READER_SEQ=$((READER_SEQ + 1))
+		_f=$TD_TMP/reader.$READER_SEQ
+		rm -f "$_f" "$_f.go"
+		taskset -c 0 readloop "$2" "$_f.go" >"$_f" 2>&1 &
+		READER_PIDS=$READER_PIDS${READER_PIDS:+,}$!
+		echo "$READER_SEQ $2" >>"$TD_TMP/queue"
+		wait_line "$_f" "readloop: ready"
+	done
+}
+
+# reads COUNT: COUNT reads of /dev/zero on CPU 0, by the next queued reader if there is
+# one (made for COUNT reads), else by a new readloop; prints readloop's report.
+reads() {
+	_q=$(head -n 1 "$TD_TMP/queue" 2>/dev/null)
+	if [ -z "$_q" ]; then
+		taskset -c 0 readloop "$1" 2>&1
+		return
+	fi
+	sed -i 1d "$TD_TMP/queue"
+	_f=$TD_TMP/reader.${_q% *}
+	[ "${_q#* }" = "$1" ] || fail "reader ${_q% *} was made for ${_q#* } reads, not $1"
+	touch "$_f.go"
+	wait_line "$_f" "ns_per_read="
+	cat "$_f"
+}
+
+# read_ns: N reads on CPU 0 (see reads), their ns per read.
+read_ns() { reads "$N" | sed -n 's/.*ns_per_read=//p'; }
 
 # progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
 progs() {
@@ -83,16 +123,16 @@ prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 # windows I ROUND KIND:ID...: WINDOWS windows of WINDOW_READS reads on CPU 0; for each
 # window and program ID, "I ROUND KIND NS_PER_CALL" in results.
 windows() {
-	_i=$1 _r=$2
+	_c=$1 _r=$2 # (not _i: wait_line, in reads, uses it)
 	shift 2
 	progs >"$TD_TMP/snap0"
 	_w=0
 	while [ $_w -lt "$WINDOWS" ]; do
 		_w=$((_w + 1))
-		taskset -c 0 readloop "$WINDOW_READS" >/dev/null 2>&1 || fail "readloop failed"
+		reads "$WINDOW_READS" >/dev/null || fail "readloop failed"
 		progs >"$TD_TMP/snap1"
 		for _p in "$@"; do
-			awk -v id="${_p#*:}" -v what="$_i $_r ${_p%%:*}" -v min="$WINDOW_READS" '
+			awk -v id="${_p#*:}" -v what="$_c $_r ${_p%%:*}" -v min="$WINDOW_READS" '
 				FILENAME != f { n++; f = FILENAME }
 				$1 == id { t[n] = $3; c[n] = $4 }
 				END {
@@ -108,15 +148,42 @@ windows() {
 	done
 }
 
-# td_run ARGS: topdown ARGS on vfs_read until td_stop, attached and settled.
+# td_run ARGS [COUNT READS]: topdown ARGS on vfs_read until td_stop, attached and
+# settled. "@readers" in ARGS stands for the pids of COUNT readers of READS reads,
+# started first (see readers), and of a warm-up reader whose 100 reads, made once
+# topdown is attached, get the call site resolved at the next interval (else the first
+# reads measured would take the path of calls from a site not resolved yet).
 td_run() {
 	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
 	rm -f "$TD_OUT" "$TD_ERR"
+	_args=$1 _readers=
+	: >"$TD_TMP/queue"
+	case " $1 " in *" @readers "*)
+		_readers=1 READER_PIDS=
+		readers 1 100
+		readers "$2" "$3"
+		_args=$(echo "$1" | sed "s/@readers/$READER_PIDS/")
+		;;
+	esac
 	# shellcheck disable=SC2086
-	taskset -c 0 topdown vfs_read --no-profile -q $1 --json >"$TD_OUT" 2>"$TD_ERR" &
+	taskset -c 0 topdown vfs_read --no-profile -q $_args --json >"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	wait_line "$TD_ERR" "Ctrl-C to end"
+	if [ -n "$_readers" ]; then
+		reads 100 >/dev/null
+		sleep 1
+	fi
 	sleep 1 # let the symbolizer warm up, after attaching
+}
+
+# td_counted ARGS READS: with "@readers" in ARGS, the run must have counted the READS
+# reads of the readers measured and the warm-up reader's 100, no more, no less.
+td_counted() {
+	case " $1 " in *" @readers "*)
+		[ "$(summary_num total)" = $(($2 + 100)) ] ||
+			fail "topdown $1: $(summary_num total) calls counted, not the readers' $2 + 100"
+		;;
+	esac
 }
 
 # one I ROUND ARGS: one round of configuration I; adds its figures to results:
@@ -154,20 +221,24 @@ one() {
 	*)
 		# Two runs: readloop's wall time with topdown alone, then the program's cost
 		# over windows next to the bare counter's.
-		td_run "$3"
-		echo "$1 $2 read $(read_ns)" >>"$TD_TMP/results"
+		td_run "$3" 1 "$N"
+		v=$(read_ns)
+		[ -n "$v" ] || fail "topdown $3: no figure from readloop"
+		echo "$1 $2 read $v" >>"$TD_TMP/results"
 		td_stop INT >/dev/null
 		[ "$TD_RC" = 0 ] || fail "topdown $3 exited with $TD_RC: $(cat "$TD_ERR")"
+		td_counted "$3" "$N"
 		echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
 			sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
 			awk -v what="$1 $2 whole" '$1 > 0 { printf "%s %.1f\n", what, $2 / $1 }' >>"$TD_TMP/results"
-		td_run "$3 --companion bare"
+		td_run "$3 --companion bare" "$WINDOWS" "$WINDOW_READS"
 		mode=$(progs | awk '$2 ~ /^td_(fentry|kprobe)$/ { m = $2 } END { sub(/^td_/, "", m); print m }')
 		[ -n "$mode" ] || fail "topdown $3: no td_fentry or td_kprobe program loaded: $(progs)"
 		windows "$1" "$2" "prog:$(prog_id "^td_$mode\$")" "bare:$(prog_id "^td_bare_$mode\$")"
 		echo "$1 $2 mode $mode" >>"$TD_TMP/results"
 		td_stop INT >/dev/null
 		[ "$TD_RC" = 0 ] || fail "topdown $3 --companion bare exited with $TD_RC: $(cat "$TD_ERR")"
+		td_counted "$3" $((WINDOWS * WINDOW_READS))
 		;;
 	esac
 }

@@ -44,6 +44,22 @@ expect_error 1 "unknown reason 'NOPE' for --stack-on" vfs_read --stack-on NOPE
 expect_error 2 "not a positive number of seconds" vfs_read -i 0
 expect_error 2 "unexpected argument '--bogus'" vfs_read --bogus
 expect_error 1 "no built-in profile named 'nope'" vfs_read --profile nope
+# Filters that can never match, and files that cannot be written or read: refused
+# before anything is loaded.
+expect_error 1 "^topdown: --pid 99999999: no such process\$" vfs_read -p 99999999
+expect_error 1 "^topdown: --cgroup /tmp: not a cgroup v2 directory\$" vfs_read --cgroup /tmp
+expect_error 1 "^topdown: --cgroup /no/such: no such cgroup directory\$" vfs_read --cgroup /no/such
+ncpu=$(awk -F- '{ print $NF + 1 }' /sys/devices/system/cpu/possible)
+expect_error 1 "^topdown: --cpu $ncpu: no such CPU (this machine has CPUs 0-$((ncpu - 1)))\$" vfs_read -C 0,$ncpu
+expect_error 2 "is not a CPU list" vfs_read -C 3-1
+expect_error 1 "^topdown: --cpu $ncpu: no such CPU" pin vfs_read -C $ncpu
+expect_error 2 "unexpected argument '-p'" pin vfs_read -p 1
+for opt in --folded --flamegraph --save; do
+	expect_error 1 "^topdown: $opt /no/such/dir/out: cannot write it: No such file or directory" vfs_read $opt /no/such/dir/out
+done
+expect_error 1 "^topdown: --flamegraph /tmp: cannot write it: it is a directory\$" vfs_read --flamegraph /tmp
+expect_error 1 "^topdown: --vmlinux /no/such/vmlinux: cannot read it: " vfs_read --vmlinux /no/such/vmlinux
+expect_error 1 "^topdown: --vmlinux /proc/version: not an ELF file (a debug vmlinux is)\$" vfs_read --vmlinux /proc/version
 # kptr_restrict=2 hides kernel addresses even from root.
 old=$(cat /proc/sys/kernel/kptr_restrict)
 echo 2 >/proc/sys/kernel/kptr_restrict

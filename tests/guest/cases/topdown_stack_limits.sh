@@ -38,10 +38,15 @@ expect_eq "sample: matched = sent + sampled" "$matched" $((sent + sampled))
 lo=$((matched / 10)) hi=$((matched / 10 + $(nproc)))
 [ "$sent" -ge $lo ] && [ "$sent" -le $hi ] || fail "sample: sent $sent, want $lo..$hi"
 
-# 3. -U: user frames of the workload, by name (its libc read(), then main()).
-td_start vfs_read --no-profile --stack-on ksys_read -U --max-rate 1000
+# 3. -U: user frames of the workload, by name (its libc read(), then main()); in the
+# folded stacks and the flame graph a "--" frame separates them from the kernel's.
+td_start vfs_read --no-profile --stack-on ksys_read -U --max-rate 1000 \
+	--folded "$TD_TMP/u.folded" --flamegraph "$TD_TMP/u.svg"
 readloop 200000 || fail "readloop failed"
 td_stop INT
+grep -q '^ksys_read;\([^;]*;\)*main+0x[0-9a-f]*;\([^;]*;\)*--;\([^;]*;\)*ksys_read+0x[0-9a-f]*;vfs_read [0-9]*$' "$TD_TMP/u.folded" ||
+	{ cat "$TD_TMP/u.folded"; fail "-U: no user frames, then --, then kernel frames in the folded stacks"; }
+grep -q '<title>-- ([0-9,]* stacks' "$TD_TMP/u.svg" || fail "-U: no -- frame in the flame graph"
 # x86_64: libc's __read, then main (read() sets up no frame, so the frame pointer names
 # read_one's caller); arm64: read, read_one (from the link register), main.
 echo "$TD_SUMMARY" | grep -Eq '"--","(__)?read\+0x[0-9a-f]*",("read_one\+0x[0-9a-f]*",)?"main\+0x[0-9a-f]*"' ||
