@@ -269,7 +269,9 @@ fn frames_of(stack: &[u64], bytes: i32) -> Vec<u64> {
 }
 
 /// A kernel command name: up to the first NUL, bytes not UTF-8 replaced.
-fn comm_of(raw: &[std::ffi::c_char]) -> String {
+/// The skeleton types `char` as i8 on every architecture (c_char is u8
+/// on arm64).
+fn comm_of(raw: &[i8]) -> String {
     let bytes: Vec<u8> = raw
         .iter()
         .map(|&c| c as u8)
