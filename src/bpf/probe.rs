@@ -426,29 +426,27 @@ pub(crate) mod selftest {
         pub(crate) fn test_count_stack(&self, frames: &[u64], repeat: u32) {
             // raw_tp test runs take no repeat count: run it that many times.
             for _ in 0..repeat {
-                let mut ctx = context(frames);
-                let input = libbpf_rs::ProgramInput {
-                    context_in: Some(&mut ctx),
-                    ..Default::default()
-                };
-                self.skel()
-                    .expect("a loaded object")
-                    .progs
-                    .td_selftest
-                    .test_run(input)
-                    .expect("run the self-test program");
+                self.test_run(frames, None);
             }
         }
 
         /// Runs the counting path once on return address `ret`, on CPU `cpu`.
         pub(crate) fn test_count_on(&self, ret: u64, cpu: u32) {
-            let mut ctx = context(&[ret]);
-            let input = libbpf_rs::ProgramInput {
+            self.test_run(&[ret], Some(cpu));
+        }
+
+        /// One run of the self-test program on `frames`, on CPU `cpu` if
+        /// given.
+        fn test_run(&self, frames: &[u64], cpu: Option<u32>) {
+            let mut ctx = context(frames);
+            let mut input = libbpf_rs::ProgramInput {
                 context_in: Some(&mut ctx),
-                cpu,
-                flags: libbpf_sys::BPF_F_TEST_RUN_ON_CPU,
                 ..Default::default()
             };
+            if let Some(cpu) = cpu {
+                input.cpu = cpu;
+                input.flags = libbpf_sys::BPF_F_TEST_RUN_ON_CPU;
+            }
             self.skel()
                 .expect("a loaded object")
                 .progs

@@ -2,12 +2,13 @@
 //! through BPF_PROG_TEST_RUN on a raw_tp wrapper (this host refuses
 //! fentry; the guest tests cover attaching). Needs root, as CI has.
 
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use libbpf_rs::RingBufferBuilder;
+use libbpf_rs::{MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{
     self, Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND,
@@ -321,6 +322,23 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
     );
 }
 
+/// A ring buffer on `map` that keeps each sample's caller and reason in
+/// `out`.
+fn sample_ring<'a>(
+    map: &'a MapHandle,
+    out: &'a RefCell<Vec<(u64, u32)>>,
+) -> libbpf_rs::RingBuffer<'a> {
+    let mut rb = RingBufferBuilder::new();
+    rb.add(map, move |data: &[u8]| {
+        let mut s = td_sample::default();
+        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        out.borrow_mut().push((s.caller, s.reason));
+        0
+    })
+    .unwrap();
+    rb.build().unwrap()
+}
+
 /// Capture moves between two reasons while another thread runs the stack
 /// path on calls of both: every sample names a reason that was captured,
 /// and the right one (a resolved site by its slot, a pending site by the
@@ -345,17 +363,9 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     p.maps().refill(u64::MAX).unwrap();
     let ctl = p.maps().control_ptr() as usize;
     let fd = p.selftest_fd().as_raw_fd();
-    let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&map, |data: &[u8]| {
-        let mut s = td_sample::default();
-        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
-        samples.borrow_mut().push((s.caller, s.reason));
-        0
-    })
-    .unwrap();
-    let rb = rb.build().unwrap();
+    let rb = sample_ring(&map, &samples);
     let done = AtomicBool::new(false);
     let runs = AtomicU64::new(0);
     std::thread::scope(|scope| {
@@ -435,17 +445,9 @@ fn capture_on_not_found_samples_only_calls_without_a_caller() {
     p.maps().add_site(site, 2).unwrap();
     p.maps().refill(u64::MAX).unwrap();
     p.maps().capture(SLOT_NOT_FOUND, &[]).unwrap();
-    let samples = std::cell::RefCell::new(Vec::<(u64, u32)>::new());
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&map, |data: &[u8]| {
-        let mut s = td_sample::default();
-        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
-        samples.borrow_mut().push((s.caller, s.reason));
-        0
-    })
-    .unwrap();
-    let rb = rb.build().unwrap();
+    let rb = sample_ring(&map, &samples);
     p.test_count(site, 5);
     p.test_count(0, 3);
     p.test_count(site, 5);
