@@ -5,8 +5,8 @@
 # defrag=defer wake kswapd, which wakes kcompactd (KCOMPACTD), THP faults with
 # defrag=always compact directly (DIRECT), and raising vm.compaction_proactiveness
 # starts proactive compaction (PROACTIVE, one call per populated zone and round). Each
-# must have >= 95% of its window's calls (DIRECT: 80%, see below), and the reasons of
-# the other triggers none.
+# must have >= 95% of its window's calls (DIRECT: 80%; KCOMPACTD: calls, with DIRECT
+# beside; see below), and the reasons of the other triggers none.
 . "$TD_LIB"
 need_cmd topdown memhog
 need_func compact_zone
@@ -79,14 +79,18 @@ thp_run() {
 # of the last given back. What is checked is the attribution of the calls that come.
 for try in 1 2 3 4; do
 	thp_run defer 60 -l 48 -s 100000
-	[ "$(summary_num total)" -eq 0 ] || break
-	echo "defrag=defer: no compaction in try $try"
+	[ "$(reason_count KCOMPACTD)" -eq 0 ] || break
+	echo "defrag=defer: no kcompactd work in try $try"
 	kill $LAST_HOG
 	wait $LAST_HOG 2>/dev/null
 	sleep 2
 done
-expect_share KCOMPACTD 95
-expect_none $(others KCOMPACTD)
+# Other high-order allocations (slab, kernel stacks) may compact for themselves in memory
+# this fragmented: DIRECT calls beside (4 beside 4 KCOMPACTD once on 7.3). Calls of
+# kcompactd counted as DIRECT would leave KCOMPACTD at 0.
+[ "$(reason_count KCOMPACTD)" -gt 0 ] || fail "KCOMPACTD: no calls in $try tries: $TD_SUMMARY"
+echo "ok: KCOMPACTD = $(reason_count KCOMPACTD), DIRECT = $(reason_count DIRECT)"
+expect_none PROACTIVE SYSCTL
 # Let kcompactd finish what the last faults asked of it.
 sleep 3
 
