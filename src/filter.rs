@@ -133,7 +133,9 @@ impl Proc {
 
     /// Whether the process still runs (and its pid is not a newer one's).
     pub(crate) fn alive(&self) -> bool {
-        read_proc(self.pid).is_some_and(|(_, stat)| start_time(&stat).unwrap_or(0) == self.start)
+        // Read every poll for each process: its stat only, not its status.
+        fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .is_ok_and(|stat| start_time(&stat).unwrap_or(0) == self.start)
     }
 }
 
