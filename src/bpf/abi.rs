@@ -121,6 +121,7 @@ impl Config {
         dst.filter_pids = (!f.pids.is_empty()).into();
         dst.filter_cgroup = f.cgroup.is_some().into();
         dst.filter_cpus = f.cpus.is_some().into();
+        dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus != 0).into();
         dst.cpus = [0; MAX_CPUS as usize / 64];
         for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
             dst.cpus[c as usize / 64] |= 1 << (c % 64);
@@ -405,8 +406,13 @@ mod tests {
         assert_eq!(dst.rules[0].depth, MAX_RULE_DEPTH);
         assert_eq!(dst.callers[0].reason, 3);
         assert_eq!(
-            (dst.filter_pids, dst.filter_cgroup, dst.filter_cpus),
-            (0, 0, 0)
+            (
+                dst.filter_pids,
+                dst.filter_cgroup,
+                dst.filter_cpus,
+                dst.filtered
+            ),
+            (0, 0, 0, 0)
         );
     }
 
@@ -439,7 +445,7 @@ mod tests {
             ..Config::default()
         }
         .write(&mut dst);
-        assert_eq!((dst.filter_cpus, dst.filter_pids), (1, 0));
+        assert_eq!((dst.filter_cpus, dst.filter_pids, dst.filtered), (1, 0, 1));
         assert_eq!(dst.cpus[0], 0b1001);
         assert_eq!(dst.cpus[1], 1);
         assert_eq!(dst.cpus[MAX_CPUS as usize / 64 - 1], 1 << 63);

@@ -232,18 +232,28 @@ static __always_inline bool frame_words(void *ctx, __u32 i, __u64 w[TD_FRAME_WOR
  */
 static __always_inline __u64 caller_at(void *ctx, __u32 i, __u64 func)
 {
+#if defined(__TARGET_ARCH_arm64)
 	__u64 w[TD_FRAME_WORDS];
 
-#if defined(__TARGET_ARCH_arm64)
 	if (i == 0 || !frame_words(ctx, i - 1, w))
 		return 0;
 	if (!in_entry(w[1], func) || w[0] != (__u64)ctx + (i + 1) * 8)
 		return 0;
 	return w[3];
 #else
-	if (!frame_words(ctx, i, w) || !in_entry(w[0], func))
-		return 0;
-	return w[1];
+	if (bpf_ksym_exists(bpf_rdonly_cast)) {
+		/* two plain loads: the common path under fentry */
+		struct pt_regs *r =
+			bpf_core_cast((__u64 *)ctx + (i & (TD_SCAN_SLOTS - 1)), struct pt_regs);
+
+		return in_entry(r->r15, func) ? r->r14 : 0;
+	} else {
+		__u64 w[TD_FRAME_WORDS];
+
+		if (!frame_words(ctx, i, w) || !in_entry(w[0], func))
+			return 0;
+		return w[1];
+	}
 #endif
 }
 
@@ -289,27 +299,22 @@ static __always_inline __u64 jmp_caller_at(void *ctx, __u32 i, __u64 func)
 #define TD_JMP_FRAME 0x80
 
 /*
- * The cheap way to find the caller under fentry: where the entry word was
- * last time, else a search of the words above ctx (their number depends on
- * FUNC's arguments and on the other programs on the trampoline).
+ * The search for FUNC's entry word among the words above ctx (their number
+ * depends on FUNC's arguments and on the other programs on the
+ * trampoline), when it is not where it was last time: a subprogram, so
+ * that the common path stays short.
  */
-static __always_inline __u64 fentry_caller(void *ctx)
+static __noinline __u64 fentry_caller_search(void *ctx, __u64 func, __u32 k)
 {
-	__u64 func = func_ip(ctx, TD_FENTRY), ret;
-	__u32 k = *(volatile __u32 *)&entry_word;
+	__u64 ret;
 
 #if defined(__TARGET_ARCH_x86)
 	if (k & TD_JMP_FRAME) {
 		ret = jmp_caller_at(ctx, k & (TD_SCAN_SLOTS - 1), func);
 		if (ret)
 			return ret;
-	} else
-#endif
-	{
-		ret = caller_at(ctx, k, func);
-		if (ret)
-			return ret;
 	}
+#endif
 	for (__u32 i = 0; i < TD_SCAN_SLOTS - TD_CALLER_STEP; i++) {
 		ret = caller_at(ctx, i, func);
 		if (ret) {
@@ -336,6 +341,22 @@ static __always_inline __u64 fentry_caller(void *ctx)
 	}
 #endif
 	return 0;
+}
+
+/*
+ * The cheap way to find the caller under fentry: where the entry word was
+ * last time, else the search.
+ */
+static __always_inline __u64 fentry_caller(void *ctx)
+{
+	__u64 func = func_ip(ctx, TD_FENTRY), ret;
+	__u32 k = entry_word;
+
+	/* a jumped-to frame's word is the caller's, no entry address: searched */
+	ret = caller_at(ctx, k, func);
+	if (ret)
+		return ret;
+	return fentry_caller_search(ctx, func, k);
 }
 
 /* Under a kprobe at FUNC's entry the return address is where SP points (x86), or in LR. */
@@ -490,20 +511,28 @@ static __always_inline __u32 site_hash(__u64 ret)
 	return (ret * 0x9e3779b97f4a7c15ULL) >> (64 - TD_SITE_CACHE_BITS);
 }
 
+/* A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not there. */
+static __always_inline __u32 cached_reason(__u64 ret)
+{
+	__u64 e = site_cache[site_hash(ret) & (TD_SITE_CACHE - 1)];
+
+	/* 0 (never a kernel address) misses: its low bits match no entry's */
+	if (e && !((e ^ ret) << (64 - TD_SITE_SHIFT)))
+		return e >> TD_SITE_SHIFT;
+	return TD_SLOT_NONE;
+}
+
 /*
- * Reason slot of a return address, or TD_SLOT_NONE if user space has not
- * resolved it yet.  Only callers listed in cfg.callers pay for an unwind.
+ * Reason slot of a return address not in the cache, or TD_SLOT_NONE if user
+ * space has not resolved it yet.  Only callers listed in cfg.callers pay
+ * for an unwind.
  */
 static __always_inline __u32 site_reason(void *ctx, __u64 ret, enum td_kind kind)
 {
-	__u64 e;
 	__u32 *slot;
 
 	if (!ret)
 		return TD_SLOT_NOT_FOUND;
-	e = site_cache[site_hash(ret) & (TD_SITE_CACHE - 1)];
-	if (e && !((e ^ ret) << (64 - TD_SITE_SHIFT)))
-		return e >> TD_SITE_SHIFT;
 	slot = bpf_map_lookup_elem(&sites, &ret);
 	if (slot)
 		return *slot;
@@ -516,7 +545,35 @@ static __always_inline __u32 site_reason(void *ctx, __u64 ret, enum td_kind kind
 	return TD_SLOT_NONE;
 }
 
-static __always_inline void verify(void *ctx, __u64 cheap, enum td_kind kind)
+/*
+ * Counts a call whose site is not in the cache (new, behind a deeper-frame
+ * rule, or not found) on this CPU's counters `c`; returns its slot, or
+ * TD_SLOT_NONE if it was counted as pending.  A subprogram: the common path
+ * stays short.
+ */
+static __noinline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret,
+				       enum td_kind kind)
+{
+	__u64 one = 1, *p;
+	__u32 r = site_reason(ctx, ret, kind);
+
+	if (r != TD_SLOT_NONE) {
+		c->n[r & (TD_NR_SLOTS - 1)]++;
+	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
+		/* First calls from a site: counted per address until resolved. */
+		(*p)++;
+	} else if (bpf_map_update_elem(&pending, &ret, &one, BPF_NOEXIST) == 0) {
+		/* counted */
+	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
+		(*p)++;		/* lost a race to insert */
+	} else {
+		r = TD_SLOT_SITES_FULL;
+		c->n[TD_SLOT_SITES_FULL]++;
+	}
+	return r;
+}
+
+static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)
 {
 	__u32 zero = 0;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -644,6 +701,8 @@ static __always_inline bool pid_listed(__u32 tgid)
  */
 static __always_inline bool wanted(void)
 {
+	if (!cfg.filtered)
+		return true;
 	if (cfg.filter_cpus) {
 		/* inlined on x86 and arm64: a per-CPU load */
 		__u32 cpu = bpf_get_smp_processor_id();
@@ -659,11 +718,20 @@ static __always_inline bool wanted(void)
 	return true;
 }
 
+/*
+ * The stack gate, capture on: whether this call, of slot r (TD_SLOT_NONE:
+ * pending), belongs to stack reason `want`, and then its stack.
+ */
+static __noinline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r, __u32 want)
+{
+	if (r == want || (r == TD_SLOT_NONE && in_stack_ranges(ret, want)))
+		sample(ctx, c, ret, want);
+}
+
 static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 {
 	__u32 zero = 0;
 	struct td_counts *c = bpf_map_lookup_elem(&counts, &zero);
-	__u64 one = 1, *p;
 	__u32 r, want;
 
 	if (!c)
@@ -675,28 +743,17 @@ static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 	}
 	if (cfg.verify_caller)
 		verify(ctx, ret, kind);
-	r = site_reason(ctx, ret, kind);
-	if (r != TD_SLOT_NONE) {
+	r = cached_reason(ret);
+	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
-	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
-		/* First calls from a site: counted per address until resolved. */
-		(*p)++;
-	} else if (bpf_map_update_elem(&pending, &ret, &one, BPF_NOEXIST) == 0) {
-		/* counted */
-	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
-		(*p)++;		/* lost a race to insert */
-	} else {
-		r = TD_SLOT_SITES_FULL;
-		c->n[TD_SLOT_SITES_FULL]++;
-	}
+	else
+		r = count_uncached(ctx, c, ret, kind);
 	if (!cfg.stacks)
 		return;
 	/* Read once: user space may move capture meanwhile. */
 	want = *(volatile __u32 *)&ctl.reason;
-	if (want == TD_SLOT_NONE)
-		return;
-	if (r == want || (r == TD_SLOT_NONE && in_stack_ranges(ret, want)))
-		sample(ctx, c, ret, want);
+	if (want != TD_SLOT_NONE)
+		stack_gate(ctx, c, ret, r, want);
 }
 
 SEC("fentry")

@@ -152,7 +152,9 @@ struct td_config {
 	__u8 filter_pids;	/* only thread groups listed in the pids map */
 	__u8 filter_cgroup;	/* only tasks under the cgroup in cgroup_filter */
 	__u8 filter_cpus;	/* only CPUs whose bit is set in cpus */
-	__u8 pad[5];
+	/* Any of the three: one test on the counting path when none is on. */
+	__u8 filtered;
+	__u8 pad[4];
 	__u64 cpus[TD_MAX_CPUS / 64];
 };
 
