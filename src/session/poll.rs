@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::NR_SLOTS;
+use crate::bpf::abi::{self, Pending, PerCpu, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -14,6 +14,10 @@ use crate::reasons::{Mapper, SourceLookup};
 pub(crate) struct Poller {
     /// Every return address seen in the pending table, and its slot.
     sites: HashMap<u64, u32>,
+    /// The maps' values as the kernel copies them out, in buffers kept
+    /// from poll to poll.
+    counts: PerCpu,
+    pending: Pending,
 }
 
 impl Poller {
@@ -29,24 +33,31 @@ impl Poller {
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
-        let counts = maps.counts()?;
-        let pending = maps.pending()?;
-        self.merge(counts, pending, |ret| {
+        maps.read_counts(&mut self.counts)?;
+        maps.read_pending(&mut self.pending)?;
+        let mut totals = self.slots();
+        self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
-        })
+        })?;
+        Ok(totals)
     }
 
-    /// The per-slot counts with the pending sites' counts added, each
-    /// under its site's slot; `resolve` gives a site seen for the first
-    /// time its slot. No kernel: `totals` does the reading.
-    pub(crate) fn merge(
-        &mut self,
-        mut totals: Vec<u64>,
-        pending: Vec<(u64, u64)>,
-        mut resolve: impl FnMut(u64) -> Result<u32>,
-    ) -> Result<Vec<u64>> {
+    /// The per-slot counts the counts buffer holds, summed over the CPUs.
+    pub(crate) fn slots(&self) -> Vec<u64> {
+        let mut totals = abi::slots_of(&self.counts);
         totals.resize(NR_SLOTS, 0);
-        for (ret, n) in pending {
+        totals
+    }
+
+    /// Adds the counts the pending buffer holds to `totals`, each under its
+    /// site's slot; `resolve` gives a site seen for the first time its
+    /// slot. No kernel: `totals` fills the buffers.
+    pub(crate) fn add_pending(
+        &mut self,
+        totals: &mut [u64],
+        mut resolve: impl FnMut(u64) -> Result<u32>,
+    ) -> Result<()> {
+        for (ret, n) in self.pending.sums() {
             let slot = match self.sites.get(&ret) {
                 Some(&s) => s,
                 None => {
@@ -57,7 +68,14 @@ impl Poller {
             };
             totals[slot as usize] = totals[slot as usize].wrapping_add(n);
         }
-        Ok(totals)
+        Ok(())
+    }
+
+    /// The buffers `totals` reads the maps into, for the benchmark to fill
+    /// as the kernel would.
+    #[cfg(test)]
+    pub(crate) fn buffers(&mut self) -> (&mut PerCpu, &mut Pending) {
+        (&mut self.counts, &mut self.pending)
     }
 
     /// Distinct call sites seen so far.
