@@ -199,11 +199,13 @@ impl Stats {
         out
     }
 
-    /// From the per-CPU values of the `stats` and `counts` maps.
-    pub(crate) fn from_percpu(stats: &PerCpu, counts: &PerCpu) -> Self {
-        let c: [u64; COUNTS_WORDS] = counts.sum();
+    /// From the per-CPU values of the `stats` map and the summed ones of
+    /// the `counts` map (`counts_of`; empty: none read yet).
+    pub(crate) fn from_percpu(stats: &PerCpu, counts: &[u64]) -> Self {
         let mut stack = [0; NR_STACK_STATS];
-        stack.copy_from_slice(&c[NR_SLOTS..NR_SLOTS + NR_STACK_STATS]);
+        if let Some(c) = counts.get(NR_SLOTS..NR_SLOTS + NR_STACK_STATS) {
+            stack.copy_from_slice(c);
+        }
         Stats {
             rare: stats.sum(),
             stack,
@@ -223,10 +225,10 @@ impl Stats {
     }
 }
 
-/// The reason slots of the per-CPU values of the `counts` map, summed.
-pub(crate) fn slots_of(counts: &PerCpu) -> Vec<u64> {
-    let c: [u64; COUNTS_WORDS] = counts.sum();
-    c[..NR_SLOTS].to_vec()
+/// The per-CPU values of the `counts` map, summed: the reason slots, then
+/// the stack path's counters.
+pub(crate) fn counts_of(counts: &PerCpu) -> Vec<u64> {
+    counts.sum::<COUNTS_WORDS>().to_vec()
 }
 
 /// One key's per-CPU value as the kernel copies it out: each possible
@@ -428,8 +430,9 @@ mod tests {
             stride: COUNTS_WORDS,
             words: [cpu.clone(), cpu].concat(),
         };
-        assert_eq!(slots_of(&both)[2], 10);
-        let s = Stats::from_percpu(&PerCpu::default(), &both);
+        let summed = counts_of(&both);
+        assert_eq!(summed[2], 10);
+        let s = Stats::from_percpu(&PerCpu::default(), &summed);
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 0);
     }

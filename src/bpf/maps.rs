@@ -249,7 +249,7 @@ impl Maps {
     pub(crate) fn counts(&self) -> Result<Vec<u64>> {
         let mut c = PerCpu::default();
         self.read_counts(&mut c)?;
-        Ok(abi::slots_of(&c))
+        Ok(abi::counts_of(&c)[..abi::NR_SLOTS].to_vec())
     }
 
     /// Reads the pending table (return addresses not yet in the site
@@ -449,12 +449,17 @@ impl Maps {
     }
 
     pub(crate) fn stats(&self) -> Result<Stats> {
-        let mut stats = PerCpu::default();
-        lookup_percpu(&self.stats, &ZERO_KEY, &mut stats)
-            .map_err(|e| Error::bpf("reading the statistics", e))?;
-        let mut counts = PerCpu::default();
+        let (mut stats, mut counts) = (PerCpu::default(), PerCpu::default());
+        self.read_stats(&mut stats)?;
         self.read_counts(&mut counts)?;
-        Ok(Stats::from_percpu(&stats, &counts))
+        Ok(Stats::from_percpu(&stats, &abi::counts_of(&counts)))
+    }
+
+    /// Reads the per-CPU statistics array into `out` (the stack path's
+    /// counters are in the counter array).
+    pub(crate) fn read_stats(&self, out: &mut PerCpu) -> Result<()> {
+        lookup_percpu(&self.stats, &ZERO_KEY, out)
+            .map_err(|e| Error::bpf("reading the statistics", e))
     }
 
     /// Lets each CPU send up to `per_cpu` more stacks (the budget is

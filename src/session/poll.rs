@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{self, Pending, PerCpu, NR_SLOTS};
+use crate::bpf::abi::{self, Pending, PerCpu, Stats, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -18,6 +18,8 @@ pub(crate) struct Poller {
     /// from poll to poll.
     counts: PerCpu,
     pending: Pending,
+    /// The counter array last read, summed over the CPUs.
+    summed: Vec<u64>,
 }
 
 impl Poller {
@@ -43,10 +45,28 @@ impl Poller {
     }
 
     /// The per-slot counts the counts buffer holds, summed over the CPUs.
-    pub(crate) fn slots(&self) -> Vec<u64> {
-        let mut totals = abi::slots_of(&self.counts);
+    pub(crate) fn slots(&mut self) -> Vec<u64> {
+        self.summed = abi::counts_of(&self.counts);
+        let mut totals = self.summed.clone();
+        totals.truncate(NR_SLOTS);
         totals.resize(NR_SLOTS, 0);
         totals
+    }
+
+    /// The kernel side's statistics, with the stack path's counters from
+    /// the counter array `totals` last read: the largest map a poll reads
+    /// (a value per slot per CPU) is not read a second time, and the
+    /// counters agree with the totals.
+    pub(crate) fn stats(&self, maps: &Maps) -> Result<Stats> {
+        let mut rare = PerCpu::default();
+        maps.read_stats(&mut rare)?;
+        Ok(self.stats_of(&rare))
+    }
+
+    /// The statistics from the `stats` map's per-CPU values and the
+    /// counter array last summed. No kernel: `stats` reads the map.
+    pub(crate) fn stats_of(&self, rare: &PerCpu) -> Stats {
+        Stats::from_percpu(rare, &self.summed)
     }
 
     /// Adds the counts the pending buffer holds to `totals`, each under its
@@ -114,7 +134,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::*;
-    use crate::bpf::abi::Config;
+    use crate::bpf::abi::{Config, FIRST_REASON};
     use crate::bpf::probe::selftest;
 
     const KSYMS: &str = "\
@@ -123,6 +143,33 @@ ffffffff81001000 t caller_b.isra.0
 ffffffff81002000 T caller_c
 ffffffff81003000 T end_of_text
 ";
+
+    #[test]
+    fn stats_take_the_stack_counters_from_the_counts_the_poll_read() {
+        use crate::bpf::abi::{StackStat, Stat};
+        let mut poller = Poller::default();
+        // Before any read: no stack counters.
+        assert_eq!(poller.stats_of(&PerCpu::default()), Stats::default());
+        let stride = std::mem::size_of::<crate::bpf::skel::types::td_counts>() / 8;
+        let mut cpu = vec![0u64; stride];
+        cpu[FIRST_REASON as usize] = 4;
+        cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
+        let (counts, _) = poller.buffers();
+        *counts = PerCpu {
+            stride,
+            words: [cpu.clone(), cpu].concat(),
+        };
+        assert_eq!(poller.slots()[FIRST_REASON as usize], 8);
+        let mut rare = vec![0u64; Stat::TD_STAT_OWN_CALLS.0 as usize + 1];
+        rare[Stat::TD_STAT_OWN_CALLS.0 as usize] = 5;
+        let rare = PerCpu {
+            stride: rare.len(),
+            words: rare,
+        };
+        let s = poller.stats_of(&rare);
+        assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
+        assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 5);
+    }
 
     #[test]
     fn poller_totals_are_exact_across_resolution() {
