@@ -200,13 +200,15 @@ impl Stats {
         out
     }
 
-    /// From the per-CPU values of the `stats` and `counts` maps.
-    pub(crate) fn from_percpu(stats: &[Vec<u8>], counts: &[Vec<u8>]) -> Self {
-        let c: [u64; COUNTS_WORDS] = sum_percpu(counts);
+    /// From the per-CPU values of the `stats` map and the summed ones of
+    /// the `counts` map (`counts_of`; empty: none read yet).
+    pub(crate) fn from_percpu(stats: &PerCpu, counts: &[u64]) -> Self {
         let mut stack = [0; NR_STACK_STATS];
-        stack.copy_from_slice(&c[NR_SLOTS..NR_SLOTS + NR_STACK_STATS]);
+        if let Some(c) = counts.get(NR_SLOTS..NR_SLOTS + NR_STACK_STATS) {
+            stack.copy_from_slice(c);
+        }
         Stats {
-            rare: sum_percpu(stats),
+            rare: stats.sum(),
             stack,
         }
     }
@@ -224,22 +226,91 @@ impl Stats {
     }
 }
 
-/// The reason slots of the per-CPU values of the `counts` map, summed.
-pub(crate) fn slots_of(counts: &[Vec<u8>]) -> Vec<u64> {
-    let c: [u64; COUNTS_WORDS] = sum_percpu(counts);
-    c[..NR_SLOTS].to_vec()
+/// The per-CPU values of the `counts` map, summed: the reason slots, then
+/// the stack path's counters.
+pub(crate) fn counts_of(counts: &PerCpu) -> Vec<u64> {
+    counts.sum::<COUNTS_WORDS>().to_vec()
 }
 
-/// Sums per-CPU values made of u64s, element by element (wrapping, as the
-/// counters do).
-pub(crate) fn sum_percpu<const N: usize>(values: &[Vec<u8>]) -> [u64; N] {
-    let mut out = [0u64; N];
-    for cpu in values {
-        for (o, chunk) in out.iter_mut().zip(cpu.chunks_exact(8)) {
-            *o = o.wrapping_add(u64::from_ne_bytes(chunk.try_into().expect("8 bytes")));
+/// One key's per-CPU value as the kernel copies it out: each possible
+/// CPU's value in turn, rounded up to whole u64s (`stride` of them). Read
+/// into one buffer kept from poll to poll: libbpf-rs's lookup_percpu
+/// hands back a new Vec per CPU, which cost more than the summing.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PerCpu {
+    pub(crate) stride: usize,
+    pub(crate) words: Vec<u64>,
+}
+
+impl PerCpu {
+    /// The first N u64s of the value, summed over the CPUs element by
+    /// element (wrapping, as the counters do).
+    pub(crate) fn sum<const N: usize>(&self) -> [u64; N] {
+        let mut out = [0u64; N];
+        if self.stride == 0 {
+            return out;
         }
+        for cpu in self.words.chunks_exact(self.stride) {
+            for (o, &v) in out.iter_mut().zip(cpu) {
+                *o = o.wrapping_add(v);
+            }
+        }
+        out
     }
-    out
+}
+
+/// The pending table as a batch lookup copies it out: the keys (return
+/// addresses), and for each key every possible CPU's u64 count in turn.
+/// The buffers are kept from poll to poll and only grow.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    cpus: usize,
+    len: usize,
+    keys: Vec<u64>,
+    values: Vec<u64>,
+}
+
+impl Pending {
+    /// Empties the table, for values of `cpus` CPUs.
+    pub(crate) fn clear(&mut self, cpus: usize) {
+        self.cpus = cpus;
+        self.len = 0;
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Room for `n` more entries: key and value buffers, past those held,
+    /// for a batch lookup to fill (then `filled`).
+    pub(crate) fn spare(&mut self, n: usize) -> (&mut [u64], &mut [u64]) {
+        let keys = self.len + n;
+        if self.keys.len() < keys {
+            self.keys.resize(keys, 0);
+        }
+        if self.values.len() < keys * self.cpus {
+            self.values.resize(keys * self.cpus, 0);
+        }
+        (
+            &mut self.keys[self.len..keys],
+            &mut self.values[self.len * self.cpus..keys * self.cpus],
+        )
+    }
+
+    /// The next `n` entries of the spare room hold data.
+    pub(crate) fn filled(&mut self, n: usize) {
+        self.len = (self.len + n).min(self.keys.len());
+    }
+
+    /// Each key with its count summed over the CPUs (wrapping).
+    pub(crate) fn sums(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let values = self.values.chunks_exact(self.cpus.max(1));
+        self.keys[..self.len].iter().zip(values).map(|(&k, v)| {
+            let n = v.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+            (k, n)
+        })
+    }
 }
 
 // SAFETY: td_sample is a repr(C) struct of integers and arrays: any bytes
@@ -342,9 +413,13 @@ mod tests {
 
     #[test]
     fn percpu_values_are_summed_per_element() {
-        let cpu = |a: u64, b: u64| [a.to_ne_bytes(), b.to_ne_bytes()].concat();
-        let s: [u64; 2] = sum_percpu(&[cpu(1, 2), cpu(10, u64::MAX)]);
+        let v = PerCpu {
+            stride: 3,
+            words: vec![1, 2, 7, 10, u64::MAX, 7],
+        };
+        let s: [u64; 2] = v.sum();
         assert_eq!(s, [11, 1]);
+        assert_eq!(PerCpu::default().sum::<2>(), [0, 0]);
     }
 
     #[test]
@@ -352,12 +427,40 @@ mod tests {
         let mut cpu = vec![0u64; COUNTS_WORDS];
         cpu[2] = 5;
         cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
-        let bytes: Vec<u8> = cpu.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        let both = [bytes.clone(), bytes];
-        assert_eq!(slots_of(&both)[2], 10);
-        let s = Stats::from_percpu(&[], &both);
+        let both = PerCpu {
+            stride: COUNTS_WORDS,
+            words: [cpu.clone(), cpu].concat(),
+        };
+        let summed = counts_of(&both);
+        assert_eq!(summed[2], 10);
+        let s = Stats::from_percpu(&PerCpu::default(), &summed);
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 0);
+    }
+
+    #[test]
+    fn pending_entries_are_summed_per_key_and_reused() {
+        let mut p = Pending::default();
+        p.clear(2);
+        assert_eq!(p.sums().count(), 0);
+        // Two batches, the first with room to spare.
+        let (k, v) = p.spare(4);
+        k[..1].copy_from_slice(&[0xa]);
+        v[..2].copy_from_slice(&[1, 2]);
+        p.filled(1);
+        let (k, v) = p.spare(1);
+        k.copy_from_slice(&[0xb]);
+        v.copy_from_slice(&[u64::MAX, 5]);
+        p.filled(1);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.sums().collect::<Vec<_>>(), [(0xa, 3), (0xb, 4)]);
+        // Cleared, the buffers stay: stale entries are not summed.
+        p.clear(2);
+        let (k, v) = p.spare(1);
+        k[0] = 0xc;
+        v.copy_from_slice(&[0, 9]);
+        p.filled(1);
+        assert_eq!(p.sums().collect::<Vec<_>>(), [(0xc, 9)]);
     }
 
     #[test]

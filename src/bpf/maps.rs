@@ -9,7 +9,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::bpf::abi::{self, Stats, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::abi::{self, Pending, PerCpu, Stats, MAX_STACK_RANGES, SLOT_NONE};
 use crate::bpf::skel::{types, TopdownSkel};
 use crate::error::{Error, Result};
 
@@ -121,6 +121,38 @@ fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
     MapHandle::try_from(m).map_err(|e| Error::bpf(&format!("opening the {what} map"), e))
 }
 
+/// Reads `key`'s per-CPU value in `map` into `out`, in the kernel's layout
+/// (see PerCpu), reusing its buffer; a missing key reads as zeros.
+fn lookup_percpu(
+    map: &MapHandle,
+    key: &[u8],
+    out: &mut PerCpu,
+) -> std::result::Result<(), libbpf_rs::Error> {
+    if key.len() != map.key_size() as usize {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput).into());
+    }
+    out.stride = (map.value_size() as usize).div_ceil(8);
+    out.words
+        .resize(out.stride * libbpf_rs::num_possible_cpus()?, 0);
+    // SAFETY: key has the map's key size; words has room for a value of
+    // the map's value size, rounded up to 8 bytes, per possible CPU.
+    let rc = unsafe {
+        libbpf_sys::bpf_map_lookup_elem(
+            map.as_fd().as_raw_fd(),
+            key.as_ptr().cast(),
+            out.words.as_mut_ptr().cast(),
+        )
+    };
+    match -rc {
+        0 => Ok(()),
+        libc::ENOENT => {
+            out.words.fill(0);
+            Ok(())
+        }
+        e => Err(std::io::Error::from_raw_os_error(e).into()),
+    }
+}
+
 /// The bytes of a NUL-terminated string field.
 fn c_str(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -206,36 +238,83 @@ impl Maps {
         Ok(())
     }
 
-    fn counts_percpu(&self) -> Result<Vec<Vec<u8>>> {
-        Ok(self
-            .counts
-            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
-            .map_err(|e| Error::bpf("reading the counters", e))?
-            .unwrap_or_default())
+    /// Reads the per-CPU counters into `out`.
+    pub(crate) fn read_counts(&self, out: &mut PerCpu) -> Result<()> {
+        lookup_percpu(&self.counts, &ZERO_KEY, out)
+            .map_err(|e| Error::bpf("reading the counters", e))
     }
 
     /// Per-slot counts summed over all possible CPUs.
+    #[cfg(test)]
     pub(crate) fn counts(&self) -> Result<Vec<u64>> {
-        Ok(abi::slots_of(&self.counts_percpu()?))
+        let mut c = PerCpu::default();
+        self.read_counts(&mut c)?;
+        Ok(abi::counts_of(&c)[..abi::NR_SLOTS].to_vec())
+    }
+
+    /// Reads the pending table (return addresses not yet in the site
+    /// table, with their per-CPU counts) into `out`, with batch lookups:
+    /// one bpf() call for the whole table where the last poll's room
+    /// holds it, against two per site for listing keys and looking each
+    /// up. A batch walks the hash bucket by bucket, and nothing deletes
+    /// keys or moves them between buckets, so every key present when the
+    /// read starts is read exactly once (a key added meanwhile may be read
+    /// now or on the next poll).
+    pub(crate) fn read_pending(&self, out: &mut Pending) -> Result<()> {
+        let fail = |e| Error::bpf("reading the pending sites", e);
+        let (key, value) = (self.pending.key_size(), self.pending.value_size());
+        if (key, value) != (8, 8) {
+            return Err(Error::msg(format!(
+                "the pending map has {key}-byte keys and {value}-byte values, not 8 and 8"
+            )));
+        }
+        // Room for the keys the last poll read, and some new ones.
+        let mut room = out.len() + 64;
+        out.clear(libbpf_rs::num_possible_cpus().map_err(fail)?);
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        let fd = self.pending.as_fd().as_raw_fd();
+        // The hash's batch position is a u32 bucket index; u64s leave room.
+        let (mut at, mut next) = (None::<u64>, 0u64);
+        loop {
+            let (keys, values) = out.spare(room);
+            let mut n = keys.len() as u32;
+            // SAFETY: keys has room for n 8-byte keys and values for n
+            // values of 8 bytes per possible CPU (the sizes checked above);
+            // the batch positions are u64s, the options initialized.
+            let rc = unsafe {
+                libbpf_sys::bpf_map_lookup_batch(
+                    fd,
+                    at.as_mut()
+                        .map_or(std::ptr::null_mut(), |b| (b as *mut u64).cast()),
+                    (&mut next as *mut u64).cast(),
+                    keys.as_mut_ptr().cast(),
+                    values.as_mut_ptr().cast(),
+                    &mut n,
+                    &opts,
+                )
+            };
+            out.filled(n as usize);
+            at = Some(next);
+            match -rc {
+                0 => {}
+                // The whole table is read.
+                libc::ENOENT => return Ok(()),
+                // One hash bucket holds more keys than there was room for.
+                libc::ENOSPC => room *= 2,
+                e => return Err(fail(std::io::Error::from_raw_os_error(e).into())),
+            }
+        }
     }
 
     /// Return addresses not yet in the site table, with their counts.
+    #[cfg(test)]
     pub(crate) fn pending(&self) -> Result<Vec<(u64, u64)>> {
-        let mut out = Vec::new();
-        for key in self.pending.keys() {
-            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else {
-                continue;
-            };
-            // Nothing deletes keys, so each listed key can be looked up.
-            if let Some(v) = self
-                .pending
-                .lookup_percpu(&k, MapFlags::ANY)
-                .map_err(|e| Error::bpf("reading the pending sites", e))?
-            {
-                out.push((u64::from_ne_bytes(k), abi::sum_percpu::<1>(&v)[0]));
-            }
-        }
-        Ok(out)
+        let mut p = Pending::default();
+        self.read_pending(&mut p)?;
+        Ok(p.sums().collect())
     }
 
     /// Whether some pending call site has no slot yet (resolving it needs
@@ -370,12 +449,17 @@ impl Maps {
     }
 
     pub(crate) fn stats(&self) -> Result<Stats> {
-        let v = self
-            .stats
-            .lookup_percpu(&ZERO_KEY, MapFlags::ANY)
-            .map_err(|e| Error::bpf("reading the statistics", e))?
-            .unwrap_or_default();
-        Ok(Stats::from_percpu(&v, &self.counts_percpu()?))
+        let (mut stats, mut counts) = (PerCpu::default(), PerCpu::default());
+        self.read_stats(&mut stats)?;
+        self.read_counts(&mut counts)?;
+        Ok(Stats::from_percpu(&stats, &abi::counts_of(&counts)))
+    }
+
+    /// Reads the per-CPU statistics array into `out` (the stack path's
+    /// counters are in the counter array).
+    pub(crate) fn read_stats(&self, out: &mut PerCpu) -> Result<()> {
+        lookup_percpu(&self.stats, &ZERO_KEY, out)
+            .map_err(|e| Error::bpf("reading the statistics", e))
     }
 
     /// Lets each CPU send up to `per_cpu` more stacks (the budget is

@@ -47,6 +47,37 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
 }
 
 #[test]
+fn the_pending_table_is_read_whole_in_batches() {
+    with_probe(|p| {
+        let cpus = libbpf_rs::num_possible_cpus().unwrap();
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // More sites than a first read's room: several batch calls.
+        let mut want: Vec<(u64, u64)> = (0..300u64)
+            .map(|i| (0xffffffff81000000 + 0x40 * i, 1 + i % 3))
+            .collect();
+        for &(ret, n) in &want {
+            for k in 0..n {
+                p.test_count_on(ret, ((ret / 0x40 + k) as usize % online) as u32);
+            }
+        }
+        let mut buf = abi::Pending::default();
+        let read = |buf: &mut abi::Pending| {
+            p.maps().read_pending(buf).unwrap();
+            let mut got: Vec<(u64, u64)> = buf.sums().collect();
+            got.sort();
+            got
+        };
+        assert_eq!(read(&mut buf), want, "{cpus} possible CPUs");
+        // The buffers are reused: more calls and a new site show.
+        p.test_count(want[0].0, 2);
+        want[0].1 += 2;
+        p.test_count(0xffffffff81ff0000, 1);
+        want.push((0xffffffff81ff0000, 1));
+        assert_eq!(read(&mut buf), want);
+    });
+}
+
+#[test]
 fn a_missing_return_address_counts_as_not_found() {
     with_probe(|p| {
         p.test_count(0, 4);

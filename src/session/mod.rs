@@ -198,7 +198,7 @@ pub(crate) fn run(
     let (base, base_stats, base_prog) = if probe.is_pinned() {
         (
             poller.totals(probe.maps(), ksyms, mapper, None)?,
-            probe.maps().stats()?,
+            poller.stats(probe.maps())?,
             probe.prog_stats(),
         )
     } else {
@@ -290,7 +290,7 @@ pub(crate) fn run(
         }
         let ended = end.is_some_and(|e| now >= e);
         if now >= next_print || ended {
-            let counters = (probe.maps().stats()?, probe.prog_stats());
+            let counters = (poller.stats(probe.maps())?, probe.prog_stats());
             let mut report = state.interval(
                 cur,
                 counters,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::NR_SLOTS;
+use crate::bpf::abi::{self, Pending, PerCpu, Stats, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -14,6 +14,12 @@ use crate::reasons::{Mapper, SourceLookup};
 pub(crate) struct Poller {
     /// Every return address seen in the pending table, and its slot.
     sites: HashMap<u64, u32>,
+    /// The maps' values as the kernel copies them out, in buffers kept
+    /// from poll to poll.
+    counts: PerCpu,
+    pending: Pending,
+    /// The counter array last read, summed over the CPUs.
+    summed: Vec<u64>,
 }
 
 impl Poller {
@@ -29,24 +35,49 @@ impl Poller {
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
-        let counts = maps.counts()?;
-        let pending = maps.pending()?;
-        self.merge(counts, pending, |ret| {
+        maps.read_counts(&mut self.counts)?;
+        maps.read_pending(&mut self.pending)?;
+        let mut totals = self.slots();
+        self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
-        })
+        })?;
+        Ok(totals)
     }
 
-    /// The per-slot counts with the pending sites' counts added, each
-    /// under its site's slot; `resolve` gives a site seen for the first
-    /// time its slot. No kernel: `totals` does the reading.
-    pub(crate) fn merge(
-        &mut self,
-        mut totals: Vec<u64>,
-        pending: Vec<(u64, u64)>,
-        mut resolve: impl FnMut(u64) -> Result<u32>,
-    ) -> Result<Vec<u64>> {
+    /// The per-slot counts the counts buffer holds, summed over the CPUs.
+    pub(crate) fn slots(&mut self) -> Vec<u64> {
+        self.summed = abi::counts_of(&self.counts);
+        let mut totals = self.summed.clone();
+        totals.truncate(NR_SLOTS);
         totals.resize(NR_SLOTS, 0);
-        for (ret, n) in pending {
+        totals
+    }
+
+    /// The kernel side's statistics, with the stack path's counters from
+    /// the counter array `totals` last read: the largest map a poll reads
+    /// (a value per slot per CPU) is not read a second time, and the
+    /// counters agree with the totals.
+    pub(crate) fn stats(&self, maps: &Maps) -> Result<Stats> {
+        let mut rare = PerCpu::default();
+        maps.read_stats(&mut rare)?;
+        Ok(self.stats_of(&rare))
+    }
+
+    /// The statistics from the `stats` map's per-CPU values and the
+    /// counter array last summed. No kernel: `stats` reads the map.
+    pub(crate) fn stats_of(&self, rare: &PerCpu) -> Stats {
+        Stats::from_percpu(rare, &self.summed)
+    }
+
+    /// Adds the counts the pending buffer holds to `totals`, each under its
+    /// site's slot; `resolve` gives a site seen for the first time its
+    /// slot. No kernel: `totals` fills the buffers.
+    pub(crate) fn add_pending(
+        &mut self,
+        totals: &mut [u64],
+        mut resolve: impl FnMut(u64) -> Result<u32>,
+    ) -> Result<()> {
+        for (ret, n) in self.pending.sums() {
             let slot = match self.sites.get(&ret) {
                 Some(&s) => s,
                 None => {
@@ -57,7 +88,14 @@ impl Poller {
             };
             totals[slot as usize] = totals[slot as usize].wrapping_add(n);
         }
-        Ok(totals)
+        Ok(())
+    }
+
+    /// The buffers `totals` reads the maps into, for the benchmark to fill
+    /// as the kernel would.
+    #[cfg(test)]
+    pub(crate) fn buffers(&mut self) -> (&mut PerCpu, &mut Pending) {
+        (&mut self.counts, &mut self.pending)
     }
 
     /// Distinct call sites seen so far.
@@ -96,7 +134,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::*;
-    use crate::bpf::abi::Config;
+    use crate::bpf::abi::{Config, FIRST_REASON};
     use crate::bpf::probe::selftest;
 
     const KSYMS: &str = "\
@@ -105,6 +143,33 @@ ffffffff81001000 t caller_b.isra.0
 ffffffff81002000 T caller_c
 ffffffff81003000 T end_of_text
 ";
+
+    #[test]
+    fn stats_take_the_stack_counters_from_the_counts_the_poll_read() {
+        use crate::bpf::abi::{StackStat, Stat};
+        let mut poller = Poller::default();
+        // Before any read: no stack counters.
+        assert_eq!(poller.stats_of(&PerCpu::default()), Stats::default());
+        let stride = std::mem::size_of::<crate::bpf::skel::types::td_counts>() / 8;
+        let mut cpu = vec![0u64; stride];
+        cpu[FIRST_REASON as usize] = 4;
+        cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
+        let (counts, _) = poller.buffers();
+        *counts = PerCpu {
+            stride,
+            words: [cpu.clone(), cpu].concat(),
+        };
+        assert_eq!(poller.slots()[FIRST_REASON as usize], 8);
+        let mut rare = vec![0u64; Stat::TD_STAT_OWN_CALLS.0 as usize + 1];
+        rare[Stat::TD_STAT_OWN_CALLS.0 as usize] = 5;
+        let rare = PerCpu {
+            stride: rare.len(),
+            words: rare,
+        };
+        let s = poller.stats_of(&rare);
+        assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
+        assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 5);
+    }
 
     #[test]
     fn poller_totals_are_exact_across_resolution() {

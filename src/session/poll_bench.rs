@@ -2,21 +2,22 @@
 //! 128 reasons and 256 CPUs of per-CPU values through the code a poll
 //! runs. What it times, per poll:
 //!
-//! - counts: the per-CPU values of the counter array as libbpf-rs's
-//!   `lookup_percpu` hands them back (one Vec per CPU, copied out of the
-//!   buffer the kernel filled), summed into the slots (`abi::slots_of`);
-//! - pending: the same for every pending call site (its key as the map's
-//!   key iterator hands it back, its per-CPU values as lookup_percpu hands
-//!   them back, timed apart too, then summed), and `Poller::merge` adding
-//!   them under their sites' slots;
+//! - counts: the counter array's per-CPU values, as the kernel copies them
+//!   into the poller's buffer, summed into the slots (`Poller::slots`);
+//! - pending: every pending call site's per-CPU counts, as batch lookups
+//!   copy them into the poller's buffer, summed per site and added under
+//!   the sites' slots (`Poller::add_pending`);
 //! - tick: `State::tick`, the trigger's decision over the last second;
-//! - interval: `State::interval`, a print interval's figures with reason
-//!   names (each print interval, not each tick; included in the total, so
-//!   the total is the dearest kind of poll).
+//! - interval: the drop counters (`Poller::stats_of`) and
+//!   `State::interval`, a print interval's figures with reason names (each
+//!   print interval, not each tick; included in the total, so the total is
+//!   the dearest kind of poll).
 //!
 //! Times are this thread's CPU time (the machine may be shared). Left out:
-//! the map reads themselves (one `bpf()` call per map and two
-//! per pending site, and the kernel's copying) and the printing. It prints
+//! the map reads themselves (one `bpf()` call for the counters, one batch
+//! call or a few for the pending table, one for the statistics at a print
+//! interval, and the kernel's copying into the buffers, which the
+//! benchmark does untimed) and the printing. It prints
 //! figures and asserts nothing about time:
 //!
 //! ```text
@@ -30,7 +31,7 @@ use std::hint::black_box;
 use std::mem::size_of;
 use std::time::Duration;
 
-use crate::bpf::abi::{self, Stats, FIRST_REASON, NR_SLOTS};
+use crate::bpf::abi::{PerCpu, Stats, FIRST_REASON, NR_SLOTS};
 use crate::bpf::probe::ProgStats;
 use crate::bpf::skel::types;
 use crate::reasons::Reasons;
@@ -45,20 +46,30 @@ const REASONS: usize = 128;
 /// Polls per figure in the benchmark.
 const POLLS: usize = 2000;
 
-/// What libbpf-rs's lookup_percpu returns for a value of `size` bytes:
-/// one Vec per CPU, copied out of the flat buffer (values 8-byte aligned).
-fn percpu(flat: &[u8], size: usize) -> Vec<Vec<u8>> {
-    flat.chunks_exact(size.next_multiple_of(8))
-        .map(|c| c[..size].to_vec())
-        .collect()
+/// Adds `n` to u64 number `word` of every CPU's value in `flat`.
+fn bump(flat: &mut [u64], stride: usize, word: usize, n: u64) {
+    for cpu in flat.chunks_exact_mut(stride) {
+        cpu[word] = cpu[word].wrapping_add(n);
+    }
 }
 
-/// Adds `n` to u64 number `word` of every CPU's value in `flat`.
-fn bump(flat: &mut [u8], size: usize, word: usize, n: u64) {
-    for cpu in flat.chunks_exact_mut(size.next_multiple_of(8)) {
-        let w = &mut cpu[word * 8..word * 8 + 8];
-        let v = u64::from_ne_bytes(w.try_into().unwrap()).wrapping_add(n);
-        w.copy_from_slice(&v.to_ne_bytes());
+/// What the kernel's copies leave in the poller's buffers (not timed: the
+/// map reads are left out): the counter array's value, then the pending
+/// table in batches of the room `Maps::read_pending` gives each.
+fn kernel_copy(poller: &mut Poller, counts: &[u64], stride: usize, sites: &[(u64, u32, Vec<u64>)]) {
+    let (c, pending) = poller.buffers();
+    c.stride = stride;
+    c.words.clear();
+    c.words.extend_from_slice(counts);
+    let room = pending.len() + 64;
+    pending.clear(CPUS);
+    for batch in sites.chunks(room) {
+        let (keys, values) = pending.spare(room);
+        for (i, (ret, _, flat)) in batch.iter().enumerate() {
+            keys[i] = *ret;
+            values[i * CPUS..(i + 1) * CPUS].copy_from_slice(flat);
+        }
+        pending.filled(batch.len());
     }
 }
 
@@ -99,8 +110,8 @@ fn micros(d: Duration) -> f64 {
 /// `sites_per_reason` pending call sites per reason; prints the median of
 /// each part and of the whole, in µs, if `print`.
 fn run(sites_per_reason: usize, polls: usize, print: bool) {
-    let counts_size = size_of::<types::td_counts>();
-    let mut counts = vec![0u8; CPUS * counts_size.next_multiple_of(8)];
+    let stride = size_of::<types::td_counts>() / 8;
+    let mut counts = vec![0u64; CPUS * stride];
     let mut reasons = Reasons::new(REASONS);
     let slots: Vec<u32> = (0..REASONS)
         .map(|i| reasons.slot(&format!("REASON_{i}")))
@@ -108,11 +119,11 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
     assert_eq!(slots[0], FIRST_REASON);
     // Every site's first calls, pending per CPU: the table keeps them
     // after resolution, so every poll reads every site.
-    let sites: Vec<(u64, u32, Vec<u8>)> = (0..REASONS * sites_per_reason)
+    let sites: Vec<(u64, u32, Vec<u64>)> = (0..REASONS * sites_per_reason)
         .map(|i| {
             let ret = 0xffff_ffff_8100_0000 + 0x40 * i as u64;
-            let mut flat = vec![0u8; CPUS * 8];
-            bump(&mut flat, 8, 0, 1 + i as u64 % 7);
+            let mut flat = vec![0u64; CPUS];
+            bump(&mut flat, 1, 0, 1 + i as u64 % 7);
             (ret, slots[i / sites_per_reason], flat)
         })
         .collect();
@@ -132,37 +143,25 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         ProgStats::default(),
     );
     let mut poller = Poller::default();
-    let (mut t_counts, mut t_pending, mut t_copies, mut t_tick, mut t_interval, mut t_total) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let stats_stride = size_of::<types::td_stats>() / 8;
+    let rare = PerCpu {
+        stride: stats_stride,
+        words: vec![1; CPUS * stats_stride],
+    };
+    let (mut t_counts, mut t_pending, mut t_tick, mut t_interval, mut t_total) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let tick = TICK.as_secs_f64();
     for p in 0..=polls {
         // Calls since the last poll, on every CPU, in every reason's slot.
         for (i, &s) in slots.iter().enumerate() {
-            bump(
-                &mut counts,
-                counts_size,
-                s as usize,
-                1 + (i + p) as u64 % 13,
-            );
+            bump(&mut counts, stride, s as usize, 1 + (i + p) as u64 % 13);
         }
+        kernel_copy(&mut poller, &counts, stride, &sites);
         let t0 = Instant::now();
-        let slot_counts = abi::slots_of(&percpu(&counts, counts_size));
+        let mut cur = poller.slots();
         let t1 = Instant::now();
-        let read: Vec<(Vec<u8>, Vec<Vec<u8>>)> = sites
-            .iter()
-            .map(|(ret, _, flat)| (ret.to_ne_bytes().to_vec(), percpu(flat, 8)))
-            .collect();
-        let t1b = Instant::now();
-        let pending: Vec<(u64, u64)> = read
-            .iter()
-            .map(|(key, values)| {
-                let k = <[u8; 8]>::try_from(key.as_slice()).unwrap();
-                (u64::from_ne_bytes(k), abi::sum_percpu::<1>(values)[0])
-            })
-            .collect();
-        drop(read);
-        let cur = poller
-            .merge(slot_counts, pending, |ret| {
+        poller
+            .add_pending(&mut cur, |ret| {
                 Ok(sites.iter().find(|s| s.0 == ret).map_or(0, |s| s.1))
             })
             .unwrap();
@@ -170,24 +169,31 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         if !print {
             // Not timed: the totals are the counts with every site's
             // pending calls under its reason.
-            let mut want = abi::slots_of(&percpu(&counts, counts_size));
+            let mut want = vec![0u64; NR_SLOTS];
+            for cpu in counts.chunks_exact(stride) {
+                for (w, c) in want.iter_mut().zip(cpu) {
+                    *w += c;
+                }
+            }
             for (_, slot, flat) in &sites {
-                want[*slot as usize] += abi::sum_percpu::<1>(&percpu(flat, 8))[0];
+                want[*slot as usize] += flat.iter().sum::<u64>();
             }
             assert_eq!(cur, want, "poll {p}");
         }
         let now = p as f64 * tick;
         black_box(state.tick(now, (now * 1e9) as u64, &cur));
         let t3 = Instant::now();
-        // The drop counters come from map reads, left out like the others.
-        let counters = (Stats::default(), ProgStats::default());
+        // The drop counters: the statistics map's values (its read left
+        // out like the others) with the stack path's counters from the
+        // counter array summed above; the program's run statistics come
+        // from a bpf() call, left out.
+        let counters = (poller.stats_of(&rare), ProgStats::default());
         black_box(state.interval(cur, counters, tick, &reasons, (now, clock())));
         let t4 = Instant::now();
         // Poll 0 resolves every site: not the steady state.
         if p > 0 {
             t_counts.push(t1 - t0);
             t_pending.push(t2 - t1);
-            t_copies.push(t1b - t1);
             t_tick.push(t3 - t2);
             t_interval.push(t4 - t3);
             t_total.push(t4 - t0);
@@ -198,13 +204,12 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
     }
     println!(
         "poll-bench: {REASONS} reasons, {} pending sites, {CPUS} CPUs, median of {polls} polls (CPU time): \
-         {:.1} us per poll (counts {:.1}, pending sites {:.1} of which their per-CPU Vecs \
-         {:.1}, tick {:.1}, interval {:.1}); worst {:.1} us",
+         {:.1} us per poll (counts {:.1}, pending sites {:.1}, tick {:.1}, interval {:.1}); \
+         worst {:.1} us",
         sites.len(),
         micros(median(&mut t_total)),
         micros(median(&mut t_counts)),
         micros(median(&mut t_pending)),
-        micros(median(&mut t_copies)),
         micros(median(&mut t_tick)),
         micros(median(&mut t_interval)),
         micros(*t_total.iter().max().unwrap()),
