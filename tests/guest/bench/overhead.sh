@@ -28,8 +28,15 @@ need_cmd topdown readloop taskset bpftool
 need_func vfs_read
 
 N=${TD_BENCH_READS:-200000}
-ROUNDS=${TD_BENCH_ROUNDS:-5}
-WINDOWS=${TD_BENCH_WINDOWS:-10}
+# Under an instruction-counting clock (tests/guest/run --icount: TD_ICOUNT) every round
+# and window gives the same figures: one round of a few windows is enough.
+if [ -n "${TD_ICOUNT:-}" ]; then
+	ROUNDS=${TD_BENCH_ROUNDS:-1}
+	WINDOWS=${TD_BENCH_WINDOWS:-3}
+else
+	ROUNDS=${TD_BENCH_ROUNDS:-5}
+	WINDOWS=${TD_BENCH_WINDOWS:-10}
+fi
 WINDOW_READS=${TD_BENCH_WINDOW_READS:-5000}
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 
@@ -279,7 +286,9 @@ round_ratios() {
 	done | stats | awk '{ printf "%.2f-%.2f", $2, $3 }'
 }
 
-echo "bench: kernel $TD_KERNEL, CPU 0, $ROUNDS interleaved rounds, software emulation (ratios only); read and whole run: the best round's run of $N reads of /dev/zero; BPF: the median over $WINDOWS windows of $WINDOW_READS reads a round (rounds: the range of each round's own ratio)"
+clock="software emulation (ratios only)"
+[ -z "${TD_ICOUNT:-}" ] || clock="software emulation, the guest's clock counting instructions (-icount $TD_ICOUNT: ratios only, repeatable)"
+echo "bench: kernel $TD_KERNEL, CPU 0, $ROUNDS interleaved rounds, $clock; read and whole run: the best round's run of $N reads of /dev/zero; BPF: the median over $WINDOWS windows of $WINDOW_READS reads a round (rounds: the range of each round's own ratio)"
 base=$(best 1 read)
 i=0
 counting_fentry= counting_kprobe= bare_fentry= bare_kprobe= whole_fentry= whole_kprobe=
