@@ -1,8 +1,9 @@
 //! Kernel text symbols from /proc/kallsyms: address → function and
 //! function name → address ranges.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs;
+use std::io::Read;
 use std::sync::OnceLock;
 
 /// One text symbol and the address range it covers.
@@ -19,9 +20,10 @@ pub(crate) struct Symbol {
 #[derive(Debug, Default)]
 pub(crate) struct Kallsyms {
     syms: Vec<Symbol>,
-    /// Indices into `syms` by base name (clone suffixes folded), built on
-    /// first use: profiles look up a few dozen names, each a scan otherwise.
-    by_base: OnceLock<HashMap<String, Vec<usize>>>,
+    /// Indices into `syms` by a hash of the base name (clone suffixes
+    /// folded), sorted, built on first use: profiles look up a few dozen
+    /// names, each a scan otherwise.
+    by_base: OnceLock<Vec<(u64, u32)>>,
 }
 
 /// Size assumed for the last symbol, which has no successor.
@@ -40,47 +42,65 @@ pub(crate) fn base_name(name: &str) -> &str {
 
 impl Kallsyms {
     pub(crate) fn load() -> std::io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string("/proc/kallsyms")?))
+        // Read whole (the kernel formats every symbol, text or not), then
+        // parsed as bytes: no UTF-8 check, and only text symbols' names
+        // are copied.
+        let mut text = Vec::with_capacity(8 << 20);
+        fs::File::open("/proc/kallsyms")?.read_to_end(&mut text)?;
+        Ok(Self::parse_bytes(&text))
     }
 
     /// Parses kallsyms text (`ADDR TYPE NAME [MODULE]` per line), keeping
     /// text symbols. `__pfx_` padding symbols are dropped: no return
     /// address points into them.
+    #[cfg(test)]
     pub(crate) fn parse(text: &str) -> Self {
+        Self::parse_bytes(text.as_bytes())
+    }
+
+    fn parse_bytes(text: &[u8]) -> Self {
         let mut syms: Vec<Symbol> = text
-            .lines()
+            .split(|&b| b == b'\n')
             .filter_map(|line| {
-                let mut f = line.split_whitespace();
-                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+                let mut f = line
+                    .split(|b| b.is_ascii_whitespace())
+                    .filter(|f| !f.is_empty());
+                let addr = parse_hex(f.next()?)?;
                 let ty = f.next()?;
-                let name = f.next()?;
-                if !matches!(ty, "t" | "T" | "w" | "W") || name.starts_with("__pfx_") {
+                if !matches!(ty, b"t" | b"T" | b"w" | b"W") {
                     return None;
                 }
-                let module = f
-                    .next()
-                    .map(|m| m.trim_matches(|c| c == '[' || c == ']').to_string());
+                let name = f.next()?;
+                if name.starts_with(b"__pfx_") {
+                    return None;
+                }
+                let module = f.next().map(|m| {
+                    let m = m.strip_prefix(b"[").unwrap_or(m);
+                    String::from_utf8_lossy(m.strip_suffix(b"]").unwrap_or(m)).into_owned()
+                });
                 Some(Symbol {
                     addr,
                     end: 0,
-                    name: name.to_string(),
+                    name: String::from_utf8_lossy(name).into_owned(),
                     module,
                 })
             })
             .collect();
+        // Mostly in address order already (the core kernel's are).
         syms.sort_by_key(|s| s.addr);
         for i in 0..syms.len() {
             // A symbol ends where the next one of its module (or of the
             // core kernel) starts; the last of each, whose size kallsyms
             // does not say, is given LAST_SYMBOL_SIZE, so that an address
             // in a gap (BPF programs loaded later) is not taken for it.
-            let (addr, module) = (syms[i].addr, syms[i].module.clone());
+            let addr = syms[i].addr;
+            let module = &syms[i].module;
             let end =
                 syms[i + 1..]
                     .iter()
                     .find(|s| s.addr > addr)
                     .map_or(addr + LAST_SYMBOL_SIZE, |n| {
-                        if n.module == module {
+                        if n.module == *module {
                             n.addr
                         } else {
                             n.addr.min(addr + LAST_SYMBOL_SIZE)
@@ -94,20 +114,28 @@ impl Kallsyms {
         }
     }
 
-    /// Every symbol whose base name is `base`.
-    fn of_base<'a>(&'a self, base: &str) -> impl Iterator<Item = &'a Symbol> + 'a {
+    /// Every symbol whose base name is `base`, in address order.
+    fn of_base<'a>(&'a self, base: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        // (hash of the base name, index), sorted: built once without a
+        // string per symbol, which on a kernel of 150,000 text symbols
+        // took longer than everything else a profile's resolution does.
         let index = self.by_base.get_or_init(|| {
-            let mut m: HashMap<String, Vec<usize>> = HashMap::new();
-            for (i, s) in self.syms.iter().enumerate() {
-                m.entry(base_name(&s.name).to_string()).or_default().push(i);
-            }
-            m
+            let mut v: Vec<(u64, u32)> = self
+                .syms
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (name_hash(base_name(&s.name)), i as u32))
+                .collect();
+            v.sort_unstable();
+            v
         });
-        index
-            .get(base)
-            .map_or(&[][..], Vec::as_slice)
+        let h = name_hash(base);
+        let from = index.partition_point(|&(k, _)| k < h);
+        index[from..]
             .iter()
-            .map(|&i| &self.syms[i])
+            .take_while(move |&&(k, _)| k == h)
+            .map(|&(_, i)| &self.syms[i as usize])
+            .filter(move |s| base_name(&s.name) == base)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -166,6 +194,24 @@ impl Kallsyms {
             .map(|(_, b)| b.to_string())
             .collect()
     }
+}
+
+/// A hexadecimal address.
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |v, &c| {
+        let d = (c as char).to_digit(16)?;
+        Some(v << 4 | u64::from(d))
+    })
+}
+
+/// FNV-1a: the base-name index's key.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Levenshtein distance.
