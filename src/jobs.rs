@@ -200,14 +200,13 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
 }
 
 /// The counting program attached, and what was learnt before: the kernel
-/// symbols, the profile compiled and the function's address if the
-/// program needed them at load.
+/// symbols, the profile compiled, the function's address and the debug
+/// vmlinux if the program needed them at load.
 struct Attached<'obj> {
     probe: Probe<'obj>,
     /// Why it is not fentry, if it is not.
     fallback: Option<String>,
-    early: Option<(Kallsyms, Compiled, u64)>,
-    vmlinux: Option<PathBuf>,
+    early: Option<(Kallsyms, Compiled, u64, Option<PathBuf>)>,
 }
 
 /// The counting program attached and its reasons set up: the mapper, the
@@ -253,20 +252,20 @@ fn attach_target<'obj>(
 ) -> Result<Attached<'obj>> {
     let func = target.func.as_str();
     host::check_addresses_visible()?;
-    let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
     let early = if symbols_before_load(target, stack_on) {
+        let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
         let ksyms = host::load_kallsyms()?;
         let func_addr = host::resolve_function(&ksyms, func)?;
         let mut compiled = compile_target(target, &ksyms, vmlinux.as_deref(), max_reasons)?;
         if let Some(name) = stack_on {
             compiled.mapper.stack_reason(&ksyms, name)?;
         }
-        Some((ksyms, compiled, func_addr))
+        Some((ksyms, compiled, func_addr, vmlinux))
     } else {
         None
     };
     let (callers, rules, func_addr) = match &early {
-        Some((_, c, addr)) => (c.callers.clone(), c.rules.clone(), *addr),
+        Some((_, c, addr, _)) => (c.callers.clone(), c.rules.clone(), *addr),
         None => (Vec::new(), Vec::new(), 0),
     };
     let config = Config {
@@ -298,7 +297,6 @@ fn attach_target<'obj>(
             },
             fallback: a.fallback_reason,
             early,
-            vmlinux,
         }),
         // A misspelt function is the likeliest cause: say so, with the
         // names it may have meant, rather than what libbpf said.
@@ -319,15 +317,16 @@ fn set_up<'obj>(
     max_reasons: usize,
     stack_on: Option<&str>,
 ) -> Result<Loaded<'obj>> {
-    let (ksyms, compiled, func_addr) = match a.early {
+    let (ksyms, compiled, func_addr, vmlinux) = match a.early {
         Some(early) => early,
         None => {
+            let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
             let ksyms = host::load_kallsyms()?;
             let func_addr = host::resolve_function(&ksyms, &target.func)?;
-            let compiled = compile_target(target, &ksyms, a.vmlinux.as_deref(), max_reasons)?;
+            let compiled = compile_target(target, &ksyms, vmlinux.as_deref(), max_reasons)?;
             // No deeper-frame rules: no table was needed at load.
             debug_assert!(compiled.callers.is_empty() && compiled.rules.is_empty());
-            (ksyms, compiled, func_addr)
+            (ksyms, compiled, func_addr, vmlinux)
         }
     };
     let mut mapper = compiled.mapper;
@@ -342,7 +341,7 @@ fn set_up<'obj>(
         mapper,
         ksyms,
         func_addr,
-        vmlinux: a.vmlinux,
+        vmlinux,
         stack_on,
     })
 }
