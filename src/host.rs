@@ -154,6 +154,24 @@ impl Features {
     }
 }
 
+/// Whether BPF programs of every kind may use hash maps whose entries are
+/// allocated on demand (BPF_F_NO_PREALLOC): Linux 6.1 and later (its BPF
+/// memory allocator); before, tracing programs need preallocated ones.
+pub(crate) fn on_demand_hash_entries() -> bool {
+    fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|r| release_at_least(&r, (6, 1)))
+}
+
+/// Whether a kernel release ("6.12.117+deb13-cloud-amd64") is at least
+/// major.minor; false if it cannot be read.
+fn release_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let mut num = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (num(), num()) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
 /// The debug vmlinux stacks and source patterns are resolved with: the
 /// one given, or one where distributions install it for this kernel.
 pub(crate) fn debug_vmlinux(given: Option<&Path>) -> Option<PathBuf> {
@@ -221,6 +239,17 @@ mod tests {
         assert_eq!(ARCH, "x86_64");
         #[cfg(target_arch = "aarch64")]
         assert_eq!(ARCH, "arm64");
+    }
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.12.117+deb13-cloud-amd64\n", (6, 1)));
+        assert!(release_at_least("6.1.0-50-cloud-amd64", (6, 1)));
+        assert!(release_at_least("7.0", (6, 1)));
+        assert!(!release_at_least("6.0.19", (6, 1)));
+        assert!(!release_at_least("5.15.0-91-generic", (6, 1)));
+        assert!(!release_at_least("", (6, 1)));
+        assert!(!release_at_least("garbage", (6, 1)));
     }
 
     #[test]

@@ -145,6 +145,15 @@ fn open_for<'obj>(
                 .map_err(|e| Error::bpf("setting the fentry target", e))?;
         }
     }
+    // Pending sites are few and inserted once each: allocated on demand,
+    // the table costs neither its full size on every CPU (16384 entries x
+    // 8 bytes x CPUs) nor the time to set that up before attaching.
+    if crate::host::on_demand_hash_entries() {
+        open.maps
+            .pending
+            .set_map_flags(open.maps.pending.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC)
+            .map_err(|e| Error::bpf("setting the pending table's flags", e))?;
+    }
     let ro = open
         .maps
         .rodata_data
