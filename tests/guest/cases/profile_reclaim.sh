@@ -61,22 +61,32 @@ hog_start() {
 	wait_line "$TD_TMP/hog.out" "memhog: ready"
 }
 
-# run REASON [PCT [UNCHECKED]]: topdown around the started memhog's work; REASON must
-# have PCT% (95) of the calls, the other reasons except UNCHECKED none.
-run() {
+# window: topdown around the started memhog's work (TD_SUMMARY, TD_RC), memhog ended.
+window() {
 	td_start shrink_node
 	: >"$TD_TMP/go"
 	wait_line "$TD_TMP/hog.out" "memhog: done"
 	td_stop INT
 	cat "$TD_TMP/hog.out"
+	kill "$HOG" 2>/dev/null
+	wait "$HOG" 2>/dev/null
+	HOG=
+}
+
+# check REASON [PCT [UNCHECKED]]: REASON has PCT% (95) of the window's calls, the other
+# reasons except UNCHECKED none.
+check() {
 	expect_eq "$1: exit status" "$TD_RC" 0
 	expect_share "$1" "${2:-95}"
 	_o=" $(others "$1") "
 	for _x in ${3:-}; do _o=$(echo "$_o" | sed "s/ $_x / /"); done
 	expect_none $_o
-	kill "$HOG" 2>/dev/null
-	wait "$HOG" 2>/dev/null
-	HOG=
+}
+
+# run REASON [PCT [UNCHECKED]]: a window, checked.
+run() {
+	window
+	check "$@"
 }
 
 echo +memory >$CG/cgroup.subtree_control
@@ -118,9 +128,18 @@ hog_start - -l $((F * 6 / 10)) -a $((F / 2)) -s 20000
 run KSWAPD
 echo 10 >$S/watermark_scale_factor
 
-# DIRECT: the same at full speed on two threads, kswapd0 at SCHED_IDLE.
-hog_start - -l $((F * 6 / 10)) -a $((F / 2)) -T 2 -k -w
-run DIRECT 80 KSWAPD
+# DIRECT: the same at full speed on two threads, kswapd0 at SCHED_IDLE. Whether the
+# allocator reclaims for itself depends on kswapd not keeping up: a window where kswapd
+# did all the reclaim (no DIRECT call: 7 KSWAPD calls once, in CI) is repeated, after
+# the memory is given back. What is checked is the attribution of the calls that come.
+for try in 1 2 3; do
+	hog_start - -l $((F * 6 / 10)) -a $((F / 2)) -T 2 -k -w
+	window
+	[ "$(reason_count DIRECT)" -eq 0 ] || break
+	echo "DIRECT: no direct reclaim in try $try: kswapd kept up"
+	sleep 2
+done
+check DIRECT 80 KSWAPD
 
 # NODE_RECLAIM: zone_reclaim_mode 7 (reclaim, write, unmap); node_reclaim needs more
 # unmapped file pages than min_unmapped_ratio: a 64 MB tmpfs file.
