@@ -141,6 +141,10 @@ pub(crate) struct Features {
     pub(crate) btf: bool,
     /// kprobe events (CONFIG_KPROBES and CONFIG_KPROBE_EVENTS).
     pub(crate) kprobes: bool,
+    /// Hash maps whose entries are allocated on demand (BPF_F_NO_PREALLOC)
+    /// in programs of every kind: Linux 6.1 and later (its BPF memory
+    /// allocator); before, tracing programs need preallocated ones.
+    pub(crate) on_demand_hash: bool,
 }
 
 impl Features {
@@ -150,15 +154,16 @@ impl Features {
         Features {
             btf: Path::new(BTF_PATH).exists(),
             kprobes: !pmus.exists() || pmus.join("kprobe").exists(),
+            on_demand_hash: kernel_release().is_some_and(|r| release_at_least(&r, (6, 1))),
         }
     }
 }
 
-/// Whether BPF programs of every kind may use hash maps whose entries are
-/// allocated on demand (BPF_F_NO_PREALLOC): Linux 6.1 and later (its BPF
-/// memory allocator); before, tracing programs need preallocated ones.
-pub(crate) fn on_demand_hash_entries() -> bool {
-    fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|r| release_at_least(&r, (6, 1)))
+/// The running kernel's release, as `uname -r` prints it.
+pub(crate) fn kernel_release() -> Option<String> {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|r| r.trim().to_string())
 }
 
 /// Whether a kernel release ("6.12.117+deb13-cloud-amd64") is at least
@@ -178,8 +183,7 @@ pub(crate) fn debug_vmlinux(given: Option<&Path>) -> Option<PathBuf> {
     if let Some(p) = given {
         return Some(p.to_path_buf());
     }
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let release = release.trim();
+    let release = kernel_release()?;
     [
         format!("/usr/lib/debug/boot/vmlinux-{release}"),
         format!("/boot/vmlinux-{release}"),

@@ -100,7 +100,7 @@ fn try_fentry<'obj>(
     }
     // libbpf looks FUNC up in BTF when the target is set, so "not in BTF"
     // can come from open as well as from load.
-    let open = probe::open(storage, config, func, Mode::Fentry, companion)
+    let open = probe::open(storage, config, func, Mode::Fentry, companion, host)
         .map_err(|e| fentry_refusal(&e, func))?;
     let skel = open
         .load()
@@ -162,8 +162,8 @@ fn try_kprobe<'obj>(
         ));
     }
     let companion = companion.filter(|c| *c == Companion::Bare);
-    let open =
-        probe::open(storage, config, func, Mode::Kprobe, companion).map_err(|e| e.to_string())?;
+    let open = probe::open(storage, config, func, Mode::Kprobe, companion, host)
+        .map_err(|e| e.to_string())?;
     let skel = open.load().map_err(|e| {
         if host.btf {
             format!("the kprobe program failed to {}", Error::bpf("load", e))

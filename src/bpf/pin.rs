@@ -73,14 +73,10 @@ impl Meta {
 
 /// The running kernel's release and boot id.
 pub(crate) fn kernel_and_boot() -> (String, String) {
-    let read = |p: &str| {
-        fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     (
-        read("/proc/sys/kernel/osrelease"),
-        read("/proc/sys/kernel/random/boot_id"),
+        crate::host::kernel_release().unwrap_or_default(),
+        boot.trim().to_string(),
     )
 }
 

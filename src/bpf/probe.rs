@@ -13,6 +13,7 @@ use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::host::Features;
 
 /// How the traced function is hooked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,9 +91,16 @@ pub(crate) fn open<'obj>(
     func: &str,
     mode: Mode,
     companion: Option<Companion>,
+    host: &Features,
 ) -> Result<OpenTopdownSkel<'obj>> {
     let companion = companion.filter(|c| mode == Mode::Fentry || *c == Companion::Bare);
-    open_for(storage, config, func, Programs::Trace(mode, companion))
+    open_for(
+        storage,
+        config,
+        func,
+        Programs::Trace(mode, companion),
+        host,
+    )
 }
 
 fn open_for<'obj>(
@@ -100,6 +108,7 @@ fn open_for<'obj>(
     config: &Config,
     func: &str,
     which: Programs,
+    host: &Features,
 ) -> Result<OpenTopdownSkel<'obj>> {
     let mut open = TopdownSkelBuilder::default()
         .open(storage)
@@ -148,7 +157,7 @@ fn open_for<'obj>(
     // Pending sites are few and inserted once each: allocated on demand,
     // the table costs neither its full size on every CPU (16384 entries x
     // 8 bytes x CPUs) nor the time to set that up before attaching.
-    if crate::host::on_demand_hash_entries() {
+    if host.on_demand_hash {
         open.maps
             .pending
             .set_map_flags(open.maps.pending.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC)
@@ -406,7 +415,14 @@ pub(crate) mod selftest {
         storage: &'obj mut MaybeUninit<OpenObject>,
         config: &Config,
     ) -> Probe<'obj> {
-        let open = open_for(storage, config, "selftest", Programs::SelfTest).expect("open");
+        let open = open_for(
+            storage,
+            config,
+            "selftest",
+            Programs::SelfTest,
+            &Features::probe(),
+        )
+        .expect("open");
         let skel = open
             .load()
             .expect("load the raw_tp self-test program (needs root)");
