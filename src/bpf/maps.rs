@@ -9,7 +9,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::bpf::abi::{self, Pending, PerCpu, Stats, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::abi::{self, Pending, PerCpu, MAX_STACK_RANGES, SLOT_NONE};
 use crate::bpf::skel::{types, TopdownSkel};
 use crate::error::{Error, Result};
 
@@ -448,11 +448,14 @@ impl Maps {
             .map_err(|e| Error::bpf("writing the meta map", e))
     }
 
-    pub(crate) fn stats(&self) -> Result<Stats> {
+    /// The statistics, read on their own (a poll takes the stack
+    /// counters from the counter array it read: Poller::stats).
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> Result<abi::Stats> {
         let (mut stats, mut counts) = (PerCpu::default(), PerCpu::default());
         self.read_stats(&mut stats)?;
         self.read_counts(&mut counts)?;
-        Ok(Stats::from_percpu(&stats, &abi::counts_of(&counts)))
+        Ok(abi::Stats::from_percpu(&stats, &abi::counts_of(&counts)))
     }
 
     /// Reads the per-CPU statistics array into `out` (the stack path's

@@ -334,9 +334,9 @@ pub(crate) fn run(
     let prog = probe.prog_stats().since(&base_prog);
     let companion = probe.companion_stats();
     probe.detach()?;
-    let stats = probe.maps().stats()?.since(&base_stats);
     stacks.drain(ksyms, &mut state)?;
     let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+    let stats = poller.stats(probe.maps())?.since(&base_stats);
     let mut summary = state.finish(
         &End {
             func: probe.func(),
@@ -380,8 +380,9 @@ pub(crate) fn snapshot(
     mapper: &mut Mapper,
     symbols: &mut Symbols,
 ) -> Result<Pinned> {
-    let totals = Poller::default().totals(probe.maps(), ksyms, mapper, Some(symbols))?;
-    let stats = probe.maps().stats()?;
+    let mut poller = Poller::default();
+    let totals = poller.totals(probe.maps(), ksyms, mapper, Some(symbols))?;
+    let stats = poller.stats(probe.maps())?;
     let prog = probe.prog_stats();
     let secs = (unix_now() - meta.pinned_at).max(0.0);
     let mut calls = rates::Interval::between(&[], &totals, secs).named(&mapper.reasons);
