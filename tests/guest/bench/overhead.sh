@@ -63,8 +63,6 @@ if [ -n "${TD_BENCH_QUICK:-}" ]; then
 	mv "$TD_TMP/configs.quick" "$TD_TMP/configs"
 fi
 
-# TD_BENCH_ROWS=ERE: only the rows whose label matches (the untraced one is kept), for a
-# quicker look at a few of them; bpftrace's rows are matched the same way.
 # The bpftrace rows, "bpftrace MODE PROGRAM" (MODE: the bare counter to compare with).
 # bpftrace before 0.20 spells fentry "kfunc".
 bt_version=
@@ -255,6 +253,8 @@ one() {
 	esac
 }
 
+# TD_BENCH_ROWS=ERE: only the rows whose label matches (the untraced one is kept), for a
+# quicker look at a few of them; bpftrace's rows are matched the same way.
 if [ -n "${TD_BENCH_ROWS:-}" ]; then
 	awk -F'|' -v re="$TD_BENCH_ROWS" 'NR == 1 || $1 ~ re' "$TD_TMP/configs" >"$TD_TMP/configs.rows"
 	mv "$TD_TMP/configs.rows" "$TD_TMP/configs"
