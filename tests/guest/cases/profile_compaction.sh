@@ -4,9 +4,9 @@
 # the rest fragmented by memhog -f (every other small page freed); then THP faults with
 # defrag=defer wake kswapd, which wakes kcompactd (KCOMPACTD), THP faults with
 # defrag=always compact directly (DIRECT), and raising vm.compaction_proactiveness
-# starts proactive compaction (PROACTIVE, one call per populated zone and round). Each
-# must have >= 95% of its window's calls (DIRECT: 80%; KCOMPACTD: calls, with DIRECT
-# beside; see below), and the reasons of the other triggers none.
+# starts proactive compaction (PROACTIVE, one call per populated zone and round). DIRECT
+# must have >= 80% of its window's calls, KCOMPACTD and PROACTIVE calls in theirs (with
+# DIRECT, or KCOMPACTD, beside; see below), and the reasons of the other triggers none.
 . "$TD_LIB"
 need_cmd topdown memhog
 need_func compact_zone
@@ -102,7 +102,11 @@ expect_none PROACTIVE SYSCTL
 
 # Proactive compaction runs in kcompactd; other tasks' high-order allocations (slab,
 # kernel stacks) may compact directly in memory this fragmented (1 DIRECT beside 2
-# PROACTIVE once, in CI): the window counts kcompactd0's calls only (-p).
+# PROACTIVE once, in CI): the window counts kcompactd0's calls only (-p). kcompactd also
+# does the work kswapd wakes it for (kcompactd_do_work, not on the proactive path), and
+# kswapd may still be at it after the faults above (1 KCOMPACTD beside 4 PROACTIVE once):
+# KCOMPACTD is allowed; DIRECT and SYSCTL are not, and PROACTIVE must have calls.
+sleep 3
 echo never >$T/defrag
 kc=$(pidof kcompactd0) || fail "no kcompactd0 thread"
 td_start compact_zone -p "$kc"
@@ -110,6 +114,8 @@ echo 100 >$S/compaction_proactiveness
 sleep 2
 echo 0 >$S/compaction_proactiveness
 td_stop INT
-expect_share PROACTIVE 95
-expect_none $(others PROACTIVE)
+expect_eq "proactive: exit status" "$TD_RC" 0
+[ "$(reason_count PROACTIVE)" -gt 0 ] || fail "PROACTIVE: no calls: $TD_SUMMARY"
+echo "ok: PROACTIVE = $(reason_count PROACTIVE), KCOMPACTD = $(reason_count KCOMPACTD)"
+expect_none DIRECT SYSCTL
 exit 0
