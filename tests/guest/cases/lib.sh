@@ -186,6 +186,14 @@ expect_share() {
 	fi
 }
 
+# expect_calls NAME [WHEN]: reason NAME has calls in $TD_SUMMARY, else fail (WHEN, e.g.
+# "in 4 tries", is said in the failure).
+expect_calls() {
+	_n=$(reason_count "$1")
+	[ "$_n" -gt 0 ] || fail "$1: no calls${2:+ $2}: $TD_SUMMARY"
+	echo "ok: $1 = $_n calls"
+}
+
 # expect_none NAME...: no calls for any reason NAME in $TD_SUMMARY.
 expect_none() {
 	for _r in "$@"; do
