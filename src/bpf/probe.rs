@@ -144,12 +144,17 @@ fn open_for<'obj>(
         prog.set_autoattach(false);
     }
     if fentry {
+        // Only programs that load: each target set is a search of the
+        // kernel's BTF by name (about 6 ms each in the emulated guest).
         for prog in [
             &mut p.td_fentry,
             &mut p.td_empty_fentry,
             &mut p.td_empty_fexit,
             &mut p.td_bare_fentry,
         ] {
+            if !prog.autoload() {
+                continue;
+            }
             prog.set_attach_target(0, Some(func.to_string()))
                 .map_err(|e| Error::bpf("setting the fentry target", e))?;
         }
