@@ -223,20 +223,30 @@ struct Loaded<'obj> {
 }
 
 /// Whether kernel symbols are needed before the counting program is
-/// loaded: deeper-frame rules are tables of address ranges fixed at load,
-/// arm64 unwinds compare frames with the function's kallsyms address, and
-/// a --stack-on name that is no reason must be checked against kernel
-/// functions before anything is attached. Otherwise /proc/kallsyms (the
+/// loaded: arm64 unwinds compare frames with the function's kallsyms
+/// address, a --stack-on name that is no reason must be checked against
+/// kernel functions before anything is attached, and `rules_at_load` asks
+/// for the deeper-frame rules at load. Otherwise /proc/kallsyms (the
 /// longest step of start-up: the kernel formats every symbol) is read once
-/// the program counts.
-fn symbols_before_load(target: &Target, stack_on: Option<&str>) -> bool {
+/// the program counts, and the rules are filled in then: calls before are
+/// counted with the frames the rules look at (the early table).
+fn symbols_before_load(target: &Target, stack_on: Option<&str>, rules_at_load: bool) -> bool {
     let profile = target.profile.as_ref();
-    let deep = profile.is_some_and(|p| p.reasons.iter().any(|r| r.within.is_some()));
     let function_named = stack_on.is_some_and(|name| {
         !reasons::is_not_found(name)
             && !profile.is_some_and(|p| p.reasons.iter().any(|r| r.name == name))
     });
-    cfg!(target_arch = "aarch64") || deep || function_named
+    cfg!(target_arch = "aarch64") || (rules_at_load && deep_depth(target) > 0) || function_named
+}
+
+/// The deepest frame a deeper-frame rule of the target's profile looks
+/// at, from the profile alone (0: no such rule).
+fn deep_depth(target: &Target) -> u32 {
+    let rules = target.profile.iter().flat_map(|p| &p.reasons);
+    rules
+        .filter_map(|r| r.within.as_ref().map(|w| w.depth.max(1)))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Loads and attaches the counting program for `target` with `load`'s
@@ -252,7 +262,7 @@ fn attach_target<'obj>(
 ) -> Result<Attached<'obj>> {
     let func = target.func.as_str();
     host::check_addresses_visible()?;
-    let early = if symbols_before_load(target, stack_on) {
+    let early = if symbols_before_load(target, stack_on, extra.rules_at_load) {
         let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
         let ksyms = host::load_kallsyms()?;
         let func_addr = host::resolve_function(&ksyms, func)?;
@@ -264,9 +274,9 @@ fn attach_target<'obj>(
     } else {
         None
     };
-    let (callers, rules, func_addr) = match &early {
-        Some((_, c, addr, _)) => (c.callers.clone(), c.rules.clone(), *addr),
-        None => (Vec::new(), Vec::new(), 0),
+    let (deep, func_addr) = match &early {
+        Some((_, c, addr, _)) => (Some(c.deep.clone()), *addr),
+        None => (None, 0),
     };
     let config = Config {
         func_addr,
@@ -274,8 +284,8 @@ fn attach_target<'obj>(
         user_stacks: load.user_stacks,
         stack_frames: load.depth,
         sample_every: load.sample,
-        callers,
-        rules,
+        deep,
+        deep_depth: deep_depth(target),
         stacks: extra.stacks,
         filter: extra.filter,
     };
@@ -317,6 +327,7 @@ fn set_up<'obj>(
     max_reasons: usize,
     stack_on: Option<&str>,
 ) -> Result<Loaded<'obj>> {
+    let rules_at_load = a.early.is_some();
     let (ksyms, compiled, func_addr, vmlinux) = match a.early {
         Some(early) => early,
         None => {
@@ -324,12 +335,16 @@ fn set_up<'obj>(
             let ksyms = host::load_kallsyms()?;
             let func_addr = host::resolve_function(&ksyms, &target.func)?;
             let compiled = compile_target(target, &ksyms, vmlinux.as_deref(), max_reasons)?;
-            // No deeper-frame rules: no table was needed at load.
-            debug_assert!(compiled.callers.is_empty() && compiled.rules.is_empty());
             (ksyms, compiled, func_addr, vmlinux)
         }
     };
+    if !rules_at_load {
+        // Calls of deeper-frame callers counted from here on are counted
+        // under their reasons; those before stay in the early table.
+        a.probe.maps().set_deep(&compiled.deep);
+    }
     let mut mapper = compiled.mapper;
+    mapper.deep = compiled.deep;
     let stack_on = stack_on
         .map(|name| mapper.stack_reason(&ksyms, name))
         .transpose()?;
@@ -355,6 +370,10 @@ struct Extra {
     stacks: bool,
     /// Which calls count.
     filter: Filter,
+    /// The deeper-frame rules are filled in before load, even though the
+    /// kernel's symbols must then be read first: a pinned instance's, so
+    /// that its readers never meet the early table.
+    rules_at_load: bool,
 }
 
 fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
@@ -383,6 +402,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         companion: t.companion,
         stacks: t.trigger.auto || t.stack_on.is_some(),
         filter: t.filter.clone(),
+        rules_at_load: false,
     };
     let attached = attach_target(
         &mut storage,
@@ -507,6 +527,7 @@ pub fn pin(p: Pin) -> Result<()> {
     let extra = Extra {
         stacks: true,
         filter: p.filter.clone(),
+        rules_at_load: true,
         ..Extra::default()
     };
     let attached = attach_target(&mut storage, &p.target, p.max_reasons, &p.load, extra, None)?;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::bpf::abi::{FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
+use crate::bpf::abi::{Deep, FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
 use crate::bpf::maps::{Claim, Maps};
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
@@ -200,6 +200,9 @@ pub(crate) struct Mapper {
     /// Inlined callers and source files, matched through debug info
     /// before the caller table: they are the more specific.
     by_source: Vec<(SourcePattern, u32)>,
+    /// The deeper-frame rules, for the calls counted before the BPF side
+    /// had them (empty for a pinned instance: its rules came before load).
+    pub(crate) deep: Deep,
 }
 
 impl Mapper {
@@ -209,6 +212,7 @@ impl Mapper {
             reasons: Reasons::new(max_reasons),
             by_caller: HashMap::new(),
             by_source: Vec::new(),
+            deep: Deep::default(),
         }
     }
 

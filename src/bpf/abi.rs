@@ -76,6 +76,69 @@ pub(crate) struct DeepRule {
     pub(crate) depth: u32,
 }
 
+/// The deeper-frame rules: caller ranges, each with its slice of `rules`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Deep {
+    pub(crate) callers: Vec<DeepCaller>,
+    pub(crate) rules: Vec<DeepRule>,
+}
+
+impl Deep {
+    /// The deepest frame a rule looks at; at least 1 where there is a
+    /// deeper-frame caller (0 turns the BPF side's tables off).
+    pub(crate) fn depth(&self) -> u32 {
+        if self.callers.is_empty() {
+            return 0;
+        }
+        let deepest = self.rules.iter().map(|r| r.depth).max().unwrap_or(0);
+        deepest.clamp(1, MAX_RULE_DEPTH)
+    }
+
+    /// Writes the tables into td_deep, clamped to what it holds (profile
+    /// resolution has already refused more); `ready` is left alone.
+    pub(crate) fn write(&self, dst: &mut types::td_deep) {
+        dst.nr_callers = self.callers.len().min(MAX_DEEP_CALLERS) as u32;
+        for (d, c) in dst.callers.iter_mut().zip(&self.callers) {
+            d.lo = c.lo;
+            d.hi = c.hi;
+            d.rule_first = c.rule_first;
+            d.rule_count = c.rule_count;
+            d.reason = c.reason;
+        }
+        for (d, r) in dst.rules.iter_mut().zip(&self.rules) {
+            d.lo = r.lo;
+            d.hi = r.hi;
+            d.reason = r.reason;
+            d.depth = r.depth.min(MAX_RULE_DEPTH);
+        }
+    }
+
+    /// The slot of a call from `ret` with `frames` above its caller
+    /// (nearest first), as deep_reason() in topdown.bpf.c decides it: the
+    /// first rule with a frame in its range within its depth, else the
+    /// caller's own; None where `ret` is in no deeper-frame caller. For
+    /// the calls counted before the tables were ready.
+    pub(crate) fn slot(&self, ret: u64, frames: &[u64]) -> Option<u32> {
+        let inside = |lo: u64, hi: u64, a: u64| (lo..hi).contains(&a.wrapping_sub(1));
+        let c = self
+            .callers
+            .iter()
+            .take(MAX_DEEP_CALLERS)
+            .find(|c| inside(c.lo, c.hi, ret))?;
+        let first = c.rule_first as usize;
+        let rules = self.rules.iter().take(MAX_DEEP_RULES);
+        for r in rules.skip(first).take(c.rule_count as usize) {
+            let depth = r.depth.min(MAX_RULE_DEPTH) as usize;
+            // A zero frame ends the stack.
+            let above = frames.iter().take(depth).take_while(|&&ip| ip != 0);
+            if above.into_iter().any(|&ip| inside(r.lo, r.hi, ip)) {
+                return Some(r.reason);
+            }
+        }
+        Some(c.reason)
+    }
+}
+
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
@@ -84,8 +147,12 @@ pub(crate) struct Config {
     pub(crate) user_stacks: bool,
     pub(crate) stack_frames: u32,
     pub(crate) sample_every: u32,
-    pub(crate) callers: Vec<DeepCaller>,
-    pub(crate) rules: Vec<DeepRule>,
+    /// The deeper-frame rules where they are known before load (written
+    /// into .bss, ready); None: filled in after attaching (`Maps::set_deep`).
+    pub(crate) deep: Option<Deep>,
+    /// The deepest frame a rule of the profile looks at, where the rules
+    /// are filled in after attaching (0: no deeper-frame rules).
+    pub(crate) deep_depth: u32,
     /// Stacks may be captured: compiles the capture gate in.
     pub(crate) stacks: bool,
     /// Which calls count (the pids and the cgroup also go into maps, after
@@ -103,20 +170,8 @@ impl Config {
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
         dst.stacks = self.stacks.into();
-        dst.nr_callers = self.callers.len().min(MAX_DEEP_CALLERS) as u32;
-        for (d, c) in dst.callers.iter_mut().zip(&self.callers) {
-            d.lo = c.lo;
-            d.hi = c.hi;
-            d.rule_first = c.rule_first;
-            d.rule_count = c.rule_count;
-            d.reason = c.reason;
-        }
-        for (d, r) in dst.rules.iter_mut().zip(&self.rules) {
-            d.lo = r.lo;
-            d.hi = r.hi;
-            d.reason = r.reason;
-            d.depth = r.depth.min(MAX_RULE_DEPTH);
-        }
+        let known = self.deep.as_ref().map_or(0, Deep::depth);
+        dst.deep_depth = self.deep_depth.min(MAX_RULE_DEPTH).max(known);
         let f = &self.filter;
         dst.filter_pids = (!f.pids.is_empty()).into();
         dst.filter_cgroup = f.cgroup.is_some().into();
@@ -259,21 +314,29 @@ impl PerCpu {
     }
 }
 
-/// The pending table as a batch lookup copies it out: the keys (return
-/// addresses), and for each key every possible CPU's u64 count in turn.
-/// The buffers are kept from poll to poll and only grow.
+/// A per-CPU hash of u64 counts as a batch lookup copies it out: the
+/// keys, each `key_words` u64s (the pending table's: a return address; the
+/// early table's: td_early_key), and for each key every possible CPU's
+/// count in turn. The buffers are kept from poll to poll and only grow.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     cpus: usize,
+    key_words: usize,
     len: usize,
     keys: Vec<u64>,
     values: Vec<u64>,
 }
 
+/// u64s in a td_early_key: the return address and the frames above it.
+pub(crate) const EARLY_KEY_WORDS: usize = 1 + MAX_RULE_DEPTH as usize;
+const _: () = assert!(size_of::<types::td_early_key>() == EARLY_KEY_WORDS * 8);
+
 impl Pending {
-    /// Empties the table, for values of `cpus` CPUs.
-    pub(crate) fn clear(&mut self, cpus: usize) {
+    /// Empties the table, for values of `cpus` CPUs and keys of
+    /// `key_words` u64s.
+    pub(crate) fn clear(&mut self, cpus: usize, key_words: usize) {
         self.cpus = cpus;
+        self.key_words = key_words.max(1);
         self.len = 0;
     }
 
@@ -285,31 +348,38 @@ impl Pending {
     /// Room for `n` more entries: key and value buffers, past those held,
     /// for a batch lookup to fill (then `filled`).
     pub(crate) fn spare(&mut self, n: usize) -> (&mut [u64], &mut [u64]) {
-        let keys = self.len + n;
-        if self.keys.len() < keys {
-            self.keys.resize(keys, 0);
+        let (kw, keys) = (self.key_words.max(1), self.len + n);
+        if self.keys.len() < keys * kw {
+            self.keys.resize(keys * kw, 0);
         }
         if self.values.len() < keys * self.cpus {
             self.values.resize(keys * self.cpus, 0);
         }
         (
-            &mut self.keys[self.len..keys],
+            &mut self.keys[self.len * kw..keys * kw],
             &mut self.values[self.len * self.cpus..keys * self.cpus],
         )
     }
 
     /// The next `n` entries of the spare room hold data.
     pub(crate) fn filled(&mut self, n: usize) {
-        self.len = (self.len + n).min(self.keys.len());
+        self.len = (self.len + n).min(self.keys.len() / self.key_words.max(1));
     }
 
     /// Each key with its count summed over the CPUs (wrapping).
-    pub(crate) fn sums(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u64], u64)> + '_ {
+        let kw = self.key_words.max(1);
         let values = self.values.chunks_exact(self.cpus.max(1));
-        self.keys[..self.len].iter().zip(values).map(|(&k, v)| {
+        let keys = self.keys[..self.len * kw].chunks_exact(kw);
+        keys.zip(values).map(|(k, v)| {
             let n = v.iter().fold(0u64, |a, &b| a.wrapping_add(b));
             (k, n)
         })
+    }
+
+    /// Each return address with its count, for the pending table.
+    pub(crate) fn sums(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.entries().map(|(k, n)| (k[0], n))
     }
 }
 
@@ -441,7 +511,7 @@ mod tests {
     #[test]
     fn pending_entries_are_summed_per_key_and_reused() {
         let mut p = Pending::default();
-        p.clear(2);
+        p.clear(2, 1);
         assert_eq!(p.sums().count(), 0);
         // Two batches, the first with room to spare.
         let (k, v) = p.spare(4);
@@ -455,7 +525,7 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert_eq!(p.sums().collect::<Vec<_>>(), [(0xa, 3), (0xb, 4)]);
         // Cleared, the buffers stay: stale entries are not summed.
-        p.clear(2);
+        p.clear(2, 1);
         let (k, v) = p.spare(1);
         k[0] = 0xc;
         v.copy_from_slice(&[0, 9]);
@@ -481,9 +551,7 @@ mod tests {
     #[test]
     fn config_is_clamped_into_the_tables() {
         let mut dst = types::td_config::default();
-        Config {
-            stack_frames: 1000,
-            sample_every: 0,
+        let deep = Deep {
             callers: vec![
                 DeepCaller {
                     lo: 1,
@@ -500,14 +568,23 @@ mod tests {
                 reason: 6,
                 depth: 99,
             }],
+        };
+        Config {
+            stack_frames: 1000,
+            sample_every: 0,
+            deep: Some(deep.clone()),
             ..Config::default()
         }
         .write(&mut dst);
         assert_eq!(dst.stack_bytes, MAX_STACK_FRAMES * 8);
         assert_eq!(dst.sample_every, 1);
-        assert_eq!(dst.nr_callers as usize, MAX_DEEP_CALLERS);
-        assert_eq!(dst.rules[0].depth, MAX_RULE_DEPTH);
-        assert_eq!(dst.callers[0].reason, 3);
+        assert_eq!(dst.deep_depth, MAX_RULE_DEPTH);
+        let mut tables = types::td_deep::default();
+        deep.write(&mut tables);
+        assert_eq!(tables.nr_callers as usize, MAX_DEEP_CALLERS);
+        assert_eq!(tables.rules[0].depth, MAX_RULE_DEPTH);
+        assert_eq!(tables.callers[0].reason, 3);
+        assert_eq!(tables.ready, 0);
         assert_eq!(
             (
                 dst.filter_pids,

@@ -104,6 +104,9 @@ pub(crate) struct Maps {
     counts: MapHandle,
     sites: MapHandle,
     pending: MapHandle,
+    /// Calls counted before the deeper-frame rules were filled in (None
+    /// for a pinned instance, whose rules are filled in before load).
+    early: Option<MapHandle>,
     stats: MapHandle,
     budget: MapHandle,
     samples: MapHandle,
@@ -170,6 +173,73 @@ fn name_value(name: &str) -> Vec<u8> {
     v
 }
 
+enum BatchError {
+    /// The map's key and value sizes, not those asked for.
+    Layout(u32, u32),
+    Bpf(libbpf_rs::Error),
+}
+
+/// Reads a per-CPU hash of u64 counts with keys of `key_words` u64s into
+/// `out`, with batch lookups: one bpf() call for the whole table where the
+/// last read's room holds it, against two per key for listing keys and
+/// looking each up. A batch walks the hash bucket by bucket, and nothing
+/// deletes keys or moves them between buckets, so every key present when
+/// the read starts is read exactly once (a key added meanwhile may be read
+/// now or on the next poll).
+fn read_batch(
+    map: &MapHandle,
+    key_words: usize,
+    out: &mut Pending,
+) -> std::result::Result<(), BatchError> {
+    let (key, value) = (map.key_size(), map.value_size());
+    if (key as usize, value) != (key_words * 8, 8) {
+        return Err(BatchError::Layout(key, value));
+    }
+    // Room for the keys the last read found, and some new ones.
+    let mut room = out.len() + 64;
+    out.clear(
+        libbpf_rs::num_possible_cpus().map_err(BatchError::Bpf)?,
+        key_words,
+    );
+    let opts = libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    let fd = map.as_fd().as_raw_fd();
+    // The hash's batch position is a u32 bucket index; u64s leave room.
+    let (mut at, mut next) = (None::<u64>, 0u64);
+    loop {
+        let (keys, values) = out.spare(room);
+        let mut n = (keys.len() / key_words) as u32;
+        // SAFETY: keys has room for n keys of key_words u64s (the map's
+        // key size, checked above) and values for n values of 8 bytes per
+        // possible CPU; the batch positions are u64s, the options
+        // initialized.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                fd,
+                at.as_mut()
+                    .map_or(std::ptr::null_mut(), |b| (b as *mut u64).cast()),
+                (&mut next as *mut u64).cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut n,
+                &opts,
+            )
+        };
+        out.filled(n as usize);
+        at = Some(next);
+        match -rc {
+            0 => {}
+            // The whole table is read.
+            libc::ENOENT => return Ok(()),
+            // One hash bucket holds more keys than there was room for.
+            libc::ENOSPC => room *= 2,
+            e => return Err(BatchError::Bpf(std::io::Error::from_raw_os_error(e).into())),
+        }
+    }
+}
+
 impl Maps {
     /// The maps of an object this process loaded.
     pub(crate) fn of_skel(skel: &TopdownSkel<'_>) -> Result<Self> {
@@ -180,6 +250,7 @@ impl Maps {
             counts: handle(&m.counts, "counts")?,
             sites: handle(&m.sites, "sites")?,
             pending: handle(&m.pending, "pending")?,
+            early: Some(handle(&m.early, "early")?),
             stats: handle(&m.stats, "stats")?,
             budget: handle(&m.budget, "budget")?,
             samples: handle(&m.samples, "samples")?,
@@ -205,6 +276,7 @@ impl Maps {
             counts: open("counts")?,
             sites: open("sites")?,
             pending: open("pending")?,
+            early: None,
             stats: open("stats")?,
             budget: open("budget")?,
             samples: open("samples")?,
@@ -253,60 +325,48 @@ impl Maps {
     }
 
     /// Reads the pending table (return addresses not yet in the site
-    /// table, with their per-CPU counts) into `out`, with batch lookups:
-    /// one bpf() call for the whole table where the last poll's room
-    /// holds it, against two per site for listing keys and looking each
-    /// up. A batch walks the hash bucket by bucket, and nothing deletes
-    /// keys or moves them between buckets, so every key present when the
-    /// read starts is read exactly once (a key added meanwhile may be read
-    /// now or on the next poll).
+    /// table, with their per-CPU counts) into `out`.
     pub(crate) fn read_pending(&self, out: &mut Pending) -> Result<()> {
-        let fail = |e| Error::bpf("reading the pending sites", e);
-        let (key, value) = (self.pending.key_size(), self.pending.value_size());
-        if (key, value) != (8, 8) {
-            return Err(Error::msg(format!(
+        read_batch(&self.pending, 1, out).map_err(|e| match e {
+            BatchError::Layout(key, value) => Error::msg(format!(
                 "the pending map has {key}-byte keys and {value}-byte values, not 8 and 8"
-            )));
-        }
-        // Room for the keys the last poll read, and some new ones.
-        let mut room = out.len() + 64;
-        out.clear(libbpf_rs::num_possible_cpus().map_err(fail)?);
-        let opts = libbpf_sys::bpf_map_batch_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
-            ..Default::default()
+            )),
+            BatchError::Bpf(e) => Error::bpf("reading the pending sites", e),
+        })
+    }
+
+    /// Reads the calls counted before the deeper-frame rules were filled
+    /// in (td_early_key, with per-CPU counts) into `out`: left empty where
+    /// there is no such table.
+    pub(crate) fn read_early(&self, out: &mut Pending) -> Result<()> {
+        let Some(early) = &self.early else {
+            out.clear(1, abi::EARLY_KEY_WORDS);
+            return Ok(());
         };
-        let fd = self.pending.as_fd().as_raw_fd();
-        // The hash's batch position is a u32 bucket index; u64s leave room.
-        let (mut at, mut next) = (None::<u64>, 0u64);
-        loop {
-            let (keys, values) = out.spare(room);
-            let mut n = keys.len() as u32;
-            // SAFETY: keys has room for n 8-byte keys and values for n
-            // values of 8 bytes per possible CPU (the sizes checked above);
-            // the batch positions are u64s, the options initialized.
-            let rc = unsafe {
-                libbpf_sys::bpf_map_lookup_batch(
-                    fd,
-                    at.as_mut()
-                        .map_or(std::ptr::null_mut(), |b| (b as *mut u64).cast()),
-                    (&mut next as *mut u64).cast(),
-                    keys.as_mut_ptr().cast(),
-                    values.as_mut_ptr().cast(),
-                    &mut n,
-                    &opts,
-                )
-            };
-            out.filled(n as usize);
-            at = Some(next);
-            match -rc {
-                0 => {}
-                // The whole table is read.
-                libc::ENOENT => return Ok(()),
-                // One hash bucket holds more keys than there was room for.
-                libc::ENOSPC => room *= 2,
-                e => return Err(fail(std::io::Error::from_raw_os_error(e).into())),
-            }
+        read_batch(early, abi::EARLY_KEY_WORDS, out).map_err(|e| match e {
+            BatchError::Layout(key, value) => Error::msg(format!(
+                "the early map has {key}-byte keys and {value}-byte values, not {} and 8",
+                abi::EARLY_KEY_WORDS * 8
+            )),
+            BatchError::Bpf(e) => Error::bpf("reading the early counts", e),
+        })
+    }
+
+    /// Fills in the deeper-frame rules and marks them ready: the BPF side
+    /// then applies them, and stops counting unresolved calls in the early
+    /// table. Tables first, fenced, then the flag the BPF side reads first.
+    pub(crate) fn set_deep(&self, deep: &abi::Deep) {
+        let mut tables = types::td_deep::default();
+        deep.write(&mut tables);
+        // SAFETY: the .bss mapping is alive as long as self; td_deep is
+        // plain data, and nothing reads the tables before `ready` is set.
+        unsafe {
+            let dst = std::ptr::addr_of_mut!((*self.bss_mem.ptr).deep);
+            std::ptr::write_volatile(dst, tables);
+            fence(Ordering::SeqCst);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*dst).ready), 1);
         }
+        fence(Ordering::SeqCst);
     }
 
     /// Return addresses not yet in the site table, with their counts.

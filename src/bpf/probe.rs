@@ -163,10 +163,29 @@ fn open_for<'obj>(
     // the table costs neither its full size on every CPU (16384 entries x
     // 8 bytes x CPUs) nor the time to set that up before attaching.
     if host.on_demand_hash {
+        for (map, what) in [
+            (&mut open.maps.pending, "setting the pending table's flags"),
+            (&mut open.maps.early, "setting the early table's flags"),
+        ] {
+            map.set_map_flags(map.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC)
+                .map_err(|e| Error::bpf(what, e))?;
+        }
+    }
+    // The early table only serves where the rules come after attaching.
+    if config.deep.is_some() || config.deep_depth == 0 {
         open.maps
-            .pending
-            .set_map_flags(open.maps.pending.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC)
-            .map_err(|e| Error::bpf("setting the pending table's flags", e))?;
+            .early
+            .set_max_entries(1)
+            .map_err(|e| Error::bpf("sizing the early table", e))?;
+    }
+    if let Some(deep) = &config.deep {
+        let bss = open
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .expect("the BPF object has .bss");
+        deep.write(&mut bss.deep);
+        bss.deep.ready = 1;
     }
     let ro = open
         .maps

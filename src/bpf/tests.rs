@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{
-    self, Config, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND,
+    self, Config, Deep, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND,
 };
 use crate::bpf::maps::publish;
 use crate::bpf::probe::selftest;
@@ -95,19 +95,21 @@ fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        callers: vec![DeepCaller {
-            lo: 0xffffffff81000000,
-            hi: 0xffffffff81001000,
-            rule_first: 0,
-            rule_count: 1,
-            reason: 9,
-        }],
-        rules: vec![DeepRule {
-            lo: 0xffffffff81002000,
-            hi: 0xffffffff81003000,
-            reason: 10,
-            depth: 4,
-        }],
+        deep: Some(Deep {
+            callers: vec![DeepCaller {
+                lo: 0xffffffff81000000,
+                hi: 0xffffffff81001000,
+                rule_first: 0,
+                rule_count: 1,
+                reason: 9,
+            }],
+            rules: vec![DeepRule {
+                lo: 0xffffffff81002000,
+                hi: 0xffffffff81003000,
+                reason: 10,
+                depth: 4,
+            }],
+        }),
         ..Config::default()
     };
     let p = selftest::load(&mut storage, &config);
@@ -286,16 +288,13 @@ fn filters_that_are_off_leave_no_code() {
     );
 }
 
-/// Deeper-frame rules on made-up stacks: caller range [0x1000, 0x2000),
-/// rule 1: a frame in [0x5000, 0x6000) within 2 frames means slot 10;
-/// rule 2: a frame in [0x7000, 0x8000) within 4 frames means slot 11;
-/// otherwise slot 9.
-#[test]
-fn deep_rules_match_frames_within_their_depth_first_rule_first() {
-    const B: u64 = 0xffffffff80000000;
-    let mut storage = MaybeUninit::uninit();
-    let config = Config {
-        func_addr: FUNC,
+const B: u64 = 0xffffffff80000000;
+
+/// Caller range [0x1000, 0x2000), rule 1: a frame in [0x5000, 0x6000)
+/// within 2 frames means slot 10; rule 2: a frame in [0x7000, 0x8000)
+/// within 4 frames means slot 11; otherwise slot 9.
+fn deep_tables() -> Deep {
+    Deep {
         callers: vec![DeepCaller {
             lo: B + 0x1000,
             hi: B + 0x2000,
@@ -317,32 +316,56 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
                 depth: 4,
             },
         ],
-        ..Config::default()
-    };
-    let p = selftest::load(&mut storage, &config);
-    let caller = B + 0x1010;
-    let other = B + 0x3000;
-    // (frames above the caller, expected slot)
-    let cases: [(&[u64], usize); 8] = [
-        (&[B + 0x5010], 10),                      // rule 1 at depth 1
-        (&[other, B + 0x5010], 10),               // rule 1 at depth 2
-        (&[other, other, B + 0x5010], 9),         // rule 1 too deep
-        (&[other, other, other, B + 0x7010], 11), // rule 2 at depth 4
-        (&[B + 0x7010, B + 0x5010], 10),          // both: the first rule wins
-        (&[B + 0x6000], 10),                      // return address at hi: inside (-1)
-        (&[B + 0x5000], 9),                       // return address at lo: outside
-        (&[0, B + 0x5010], 9),                    // the stack ends at a zero frame
-    ];
+    }
+}
+
+/// Made-up stacks for deep_tables(): the frames above the caller, and the
+/// slot the rules give.
+const DEEP_CASES: [(&[u64], usize); 9] = [
+    (&[B + 0x5010], 10),                                     // rule 1 at depth 1
+    (&[B + 0x3000, B + 0x5010], 10),                         // rule 1 at depth 2
+    (&[B + 0x3000, B + 0x3000, B + 0x5010], 9),              // rule 1 too deep
+    (&[B + 0x3000, B + 0x3000, B + 0x3000, B + 0x7010], 11), // rule 2 at depth 4
+    (&[B + 0x7010, B + 0x5010], 10),                         // both: the first rule wins
+    (&[B + 0x6000], 10),                                     // return address at hi: inside (-1)
+    (&[B + 0x5000], 9),                                      // return address at lo: outside
+    (&[0, B + 0x5010], 9),                                   // the stack ends at a zero frame
+    (
+        &[B + 0x3000, B + 0x3000, B + 0x3000, B + 0x3000, B + 0x7010],
+        9,
+    ), // rule 2 too deep
+];
+
+const DEEP_CALLER: u64 = B + 0x1010;
+
+/// Runs each DEEP_CASES stack i+1 times (caller DEEP_CALLER) and returns
+/// the calls each slot should have.
+fn run_deep_cases(p: &Probe<'_>) -> [u64; 12] {
     let mut want = [0u64; 12];
-    for (i, (above, slot)) in cases.iter().enumerate() {
-        let mut frames = vec![caller];
+    for (i, (above, slot)) in DEEP_CASES.iter().enumerate() {
+        let mut frames = vec![DEEP_CALLER];
         frames.extend_from_slice(above);
         p.test_count_stack(&frames, (i + 1) as u32);
         want[*slot] += (i + 1) as u64;
     }
+    want
+}
+
+/// Deeper-frame rules on made-up stacks (deep_tables, DEEP_CASES), known
+/// at load.
+#[test]
+fn deep_rules_match_frames_within_their_depth_first_rule_first() {
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        deep: Some(deep_tables()),
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    let want = run_deep_cases(&p);
     let c = p.maps().counts().unwrap();
     assert_eq!(&c[9..12], &want[9..12], "slots 9, 10, 11");
-    assert_eq!(c.iter().sum::<u64>(), (1..=8).sum::<u64>());
+    assert_eq!(c.iter().sum::<u64>(), want.iter().sum::<u64>());
     assert!(p.maps().pending().unwrap().is_empty());
     assert_eq!(
         p.maps()
@@ -351,6 +374,65 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
             .get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
         0
     );
+}
+
+/// The same stacks before the rules are filled in: counted in the early
+/// table with the frames the rules look at, and given there, by the user
+/// space mirror of the rules, the slots the BPF side gives the same stacks
+/// once the rules are in. A site with no rules waits there too, and is
+/// resolved as any pending site.
+#[test]
+fn calls_before_the_rules_are_kept_with_their_frames_and_agree_after() {
+    let mut storage = MaybeUninit::uninit();
+    let deep = deep_tables();
+    let config = Config {
+        func_addr: FUNC,
+        deep_depth: deep.depth(),
+        ..Config::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    let want = run_deep_cases(&p);
+    let plain = B + 0x9010;
+    p.test_count_stack(&[plain, B + 0x5010], 3);
+    assert!(p.maps().counts().unwrap().iter().all(|&n| n == 0));
+    assert!(p.maps().pending().unwrap().is_empty());
+    let mut early = abi::Pending::default();
+    p.maps().read_early(&mut early).unwrap();
+    let mut got = [0u64; 12];
+    let mut plain_calls = 0;
+    for (key, n) in early.entries() {
+        // Frames past the deepest rule's depth are not kept.
+        assert!(
+            key[1 + deep.depth() as usize..].iter().all(|&f| f == 0),
+            "{key:x?}"
+        );
+        match deep.slot(key[0], &key[1..]) {
+            Some(slot) => got[slot as usize] += n,
+            None => {
+                assert_eq!(key[0], plain);
+                plain_calls += n;
+            }
+        }
+    }
+    assert_eq!(got, want, "early calls by the user space rules");
+    assert_eq!(plain_calls, 3);
+
+    p.maps().set_deep(&deep);
+    let again = run_deep_cases(&p);
+    assert_eq!(again, want);
+    let c = p.maps().counts().unwrap();
+    assert_eq!(&c[..12], &want, "calls after the rules, by the BPF side");
+    // Nothing more in the early table; the plain site is pending now.
+    p.test_count_stack(&[plain], 2);
+    let mut after = abi::Pending::default();
+    p.maps().read_early(&mut after).unwrap();
+    let before: Vec<_> = early.entries().map(|(k, n)| (k.to_vec(), n)).collect();
+    let mut now: Vec<_> = after.entries().map(|(k, n)| (k.to_vec(), n)).collect();
+    let mut before = before;
+    before.sort();
+    now.sort();
+    assert_eq!(now, before);
+    assert_eq!(p.maps().pending().unwrap(), vec![(plain, 2)]);
 }
 
 /// A ring buffer on `map` that keeps each sample's caller and reason in

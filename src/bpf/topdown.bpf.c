@@ -54,6 +54,9 @@ __u64 site_cache[TD_SITE_CACHE];
  */
 __u32 entry_word;
 
+/* The deeper-frame rules; see td_deep. */
+struct td_deep deep;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -75,6 +78,18 @@ struct {
 	__type(value, __u64);
 } pending SEC(".maps");
 
+/*
+ * Calls counted before the deeper-frame rules were ready (see td_early_key):
+ * user space adds them to their reasons on every poll, as it does pending
+ * sites. Sized to one entry when the run has no deeper-frame rules.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, struct td_early_key);
+	__type(value, __u64);
+} early SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -84,8 +99,15 @@ struct {
 
 /* Scratch space for unwinds: too big for the 512-byte BPF stack. */
 struct td_scratch {
-	__u64 ips[TD_UNWIND_FRAMES];
+	/*
+	 * An unwind's frames, then TD_MAX_RULE_DEPTH zeros that nothing
+	 * writes: the frames above any caller index below TD_UNWIND_FRAMES
+	 * are read without a bounds test (see frames_above).
+	 */
+	__u64 ips[TD_UNWIND_FRAMES + TD_MAX_RULE_DEPTH];
 	__s32 caller;		/* the caller's index in ips (see deep_reason) */
+	__s32 deep_caller;	/* its index in deep.callers (see deep_reason) */
+	struct td_early_key early;
 };
 
 struct {
@@ -161,6 +183,7 @@ enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 enum td_no_pid _td_no_pid = TD_NO_PID;
 struct td_pids _td_pids = {};
+struct td_early_key _td_early_key = {};
 
 /* How a program learns about the call: its kind is a constant in each. */
 enum td_kind {
@@ -425,7 +448,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 					 __u64 hint)
 {
 	__u64 func = func_ip(ctx, kind);
-	long n = bpf_get_stack(ctx, s->ips, sizeof(s->ips), 0);
+	long n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
 
 	if (n <= 0)
 		return -1;
@@ -469,53 +492,137 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 	return 0;
 }
 
-/* Reason of an event from a caller that needs a look at deeper frames. */
-static __always_inline __u32 deep_reason(void *ctx, __u64 ret, __u32 c, enum td_kind kind)
+/*
+ * The unwind for a call from a deeper-frame caller, or for an early count:
+ * the caller's index in s->ips, or -1.  The unwind returns a different
+ * constant on each of its paths, and what follows was verified once for
+ * each (a third of the start-up with a profile of deeper-frame rules).
+ * Through scratch memory, whose values the verifier does not track, it is
+ * verified once.
+ */
+static __always_inline int caller_index(void *ctx, struct td_scratch *s, __u64 ret,
+					enum td_kind kind)
 {
-	__u32 zero = 0, first = cfg.callers[c].rule_first;
-	__u32 nr = cfg.callers[c].rule_count;
+	s->caller = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
+							       : unwind_caller(ctx, s, kind, ret);
+	return *(volatile __s32 *)&s->caller;
+}
+
+/* Index in deep.callers of the caller that `ret` returns into, or -1. */
+static __always_inline int deep_caller(__u64 ret)
+{
+	__u32 nr = deep.nr_callers;
+
+	for (__u32 c = 0; c < TD_MAX_CALLERS; c++) {
+		if (c >= nr)
+			break;
+		if (ret - 1 >= deep.callers[c].lo && ret - 1 < deep.callers[c].hi)
+			return c;
+	}
+	return -1;
+}
+
+/*
+ * The cfg.deep_depth frames above the caller at index ci of s->ips into
+ * s->early.frames, zeros past that depth (and past the stack's end, as
+ * bpf_get_stack leaves them).  Straight-line code: no test of ci against
+ * the end of ips, whose padding makes every read in bounds.  A verifier
+ * that linked such a test to ci would have checked the rule loops once for
+ * each range of ci it left.
+ */
+static __always_inline void frames_above(struct td_scratch *s, int ci)
+{
+	__u32 at = ci & (TD_UNWIND_FRAMES - 1);
+
+	for (__u32 d = 1; d <= TD_MAX_RULE_DEPTH; d++)
+		s->early.frames[d - 1] = d <= cfg.deep_depth ? s->ips[at + d] : 0;
+}
+
+/*
+ * Reason of a call from deeper-frame caller `dc` (an index in
+ * deep.callers): the first rule, in order, with a frame in its range
+ * within its depth above the caller, else the caller's own reason.  The
+ * tables are in .bss, unknown to the verifier, so it checks the loops once
+ * whatever the profile; Deep::slot in abi.rs decides the same for the
+ * calls counted before the tables were filled.
+ */
+static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_kind kind)
+{
+	__u32 zero = 0, c, first, nr, dflt;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	int ci;
 
 	if (!s)
-		return cfg.callers[c].reason;
-	ci = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
-						       : unwind_caller(ctx, s, kind, ret);
+		return deep.callers[dc & (TD_MAX_CALLERS - 1)].reason;
+	/* dc as well: deep_caller returns a constant on each of its paths */
+	s->deep_caller = dc;
+	c = *(volatile __s32 *)&s->deep_caller & (TD_MAX_CALLERS - 1);
+	first = deep.callers[c].rule_first;
+	nr = deep.callers[c].rule_count;
+	dflt = deep.callers[c].reason;
+	ci = caller_index(ctx, s, ret, kind);
 	if (ci < 0) {
 		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
-		return cfg.callers[c].reason;
+		return dflt;
 	}
-	/*
-	 * The unwind returns a different constant on each of its paths, and
-	 * the rules below were verified once for each (a third of the start-up
-	 * with a profile of deeper-frame rules).  Through scratch memory,
-	 * whose values the verifier does not track, they are verified once.
-	 * The second test only tells the verifier what the first established.
-	 */
-	s->caller = ci;
-	ci = *(volatile __s32 *)&s->caller;
-	if (ci < 0)
-		return cfg.callers[c].reason;
+	frames_above(s, ci);
 	for (__u32 r = 0; r < TD_MAX_RULES; r++) {
 		__u32 idx = first + r;
 
 		if (r >= nr || idx >= TD_MAX_RULES)
 			break;
-		for (__u32 d = 1; d <= TD_MAX_RULE_DEPTH; d++) {
-			__u32 f = ci + d;
-			__u64 ip;
+		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH; d++) {
+			__u64 ip = s->early.frames[d];
 
-			if (d > cfg.rules[idx].depth || f >= TD_UNWIND_FRAMES)
-				break;
-			ip = s->ips[f & (TD_UNWIND_FRAMES - 1)];
-			if (!ip)
+			/* a zero frame ends the stack */
+			if (d >= deep.rules[idx].depth || !ip)
 				break;
 			/* -1: a call can be a function's last instruction */
-			if (ip - 1 >= cfg.rules[idx].lo && ip - 1 < cfg.rules[idx].hi)
-				return cfg.rules[idx].reason;
+			if (ip - 1 >= deep.rules[idx].lo && ip - 1 < deep.rules[idx].hi)
+				return deep.rules[idx].reason;
 		}
 	}
-	return cfg.callers[c].reason;
+	return dflt;
+}
+
+/*
+ * Counts a call from a site not resolved yet, made before the deeper-frame
+ * rules were ready, under its return address and the frames above it
+ * (td_early_key); returns TD_SLOT_NONE, or TD_SLOT_SITES_FULL where the
+ * table is full.  Costs an unwind per call, for the moments between attach
+ * and user space's filling the rules.
+ */
+static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 ret,
+					 enum td_kind kind)
+{
+	__u32 zero = 0;
+	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 one = 1, *p;
+	int ci;
+
+	if (!s) {
+		c->n[TD_SLOT_SITES_FULL]++;
+		return TD_SLOT_SITES_FULL;
+	}
+	ci = caller_index(ctx, s, ret, kind);
+	s->early.ret = ret;
+	if (ci >= 0) {
+		frames_above(s, ci);
+	} else {
+		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH; d++)
+			s->early.frames[d] = 0;
+	}
+	if ((p = bpf_map_lookup_elem(&early, &s->early))) {
+		(*p)++;
+	} else if (bpf_map_update_elem(&early, &s->early, &one, BPF_NOEXIST) == 0) {
+		/* counted */
+	} else if ((p = bpf_map_lookup_elem(&early, &s->early))) {
+		(*p)++;		/* lost a race to insert */
+	} else {
+		c->n[TD_SLOT_SITES_FULL]++;
+		return TD_SLOT_SITES_FULL;
+	}
+	return TD_SLOT_NONE;
 }
 
 static __always_inline __u32 site_hash(__u64 ret)
@@ -535,29 +642,6 @@ static __always_inline __u32 cached_reason(__u64 ret)
 }
 
 /*
- * Reason slot of a return address not in the cache, or TD_SLOT_NONE if user
- * space has not resolved it yet.  Only callers listed in cfg.callers pay
- * for an unwind.
- */
-static __always_inline __u32 site_reason(void *ctx, __u64 ret, enum td_kind kind)
-{
-	__u32 *slot;
-
-	if (!ret)
-		return TD_SLOT_NOT_FOUND;
-	slot = bpf_map_lookup_elem(&sites, &ret);
-	if (slot)
-		return *slot;
-	for (__u32 c = 0; c < TD_MAX_CALLERS; c++) {
-		if (c >= cfg.nr_callers)
-			break;
-		if (ret - 1 >= cfg.callers[c].lo && ret - 1 < cfg.callers[c].hi)
-			return deep_reason(ctx, ret, c, kind);
-	}
-	return TD_SLOT_NONE;
-}
-
-/*
  * Counts a call whose site is not in the cache (new, behind a deeper-frame
  * rule, or not found) on this CPU's counters `c`; returns its slot, or
  * TD_SLOT_NONE if it was counted as pending.  A subprogram: the common path
@@ -567,8 +651,23 @@ static __noinline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret
 				       enum td_kind kind)
 {
 	__u64 one = 1, *p;
-	__u32 r = site_reason(ctx, ret, kind);
+	__u32 *slot, r = TD_SLOT_NONE;
+	int dc;
 
+	if (!ret) {
+		r = TD_SLOT_NOT_FOUND;
+	} else if ((slot = bpf_map_lookup_elem(&sites, &ret))) {
+		r = *slot;
+	} else if (cfg.deep_depth) {
+		/* Read once, and before the tables it guards. */
+		if (!*(volatile __u32 *)&deep.ready)
+			return count_early(ctx, c, ret, kind);
+		asm volatile("" ::: "memory");
+		/* Only callers with rules pay for an unwind. */
+		dc = deep_caller(ret);
+		if (dc >= 0)
+			r = deep_reason(ctx, ret, dc, kind);
+	}
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {

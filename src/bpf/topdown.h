@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 1,
+	TD_LAYOUT_VERSION = 2,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -135,7 +135,12 @@ struct td_config {
 	__u64 func_addr;
 	__u32 stack_bytes;	/* bytes of each stack to capture */
 	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
-	__u32 nr_callers;	/* entries used in callers[] */
+	/*
+	 * The deepest frame a deeper-frame rule looks at (0: no such rule).
+	 * Until user space has filled `deep`, calls from sites not resolved
+	 * yet are counted in `early` with this many frames above the caller.
+	 */
+	__u32 deep_depth;
 	/* Flags as bytes: the skeleton maps C bool to MaybeUninit<bool>. */
 	__u8 verify_caller;	/* also unwind and compare */
 	__u8 user_stacks;
@@ -143,8 +148,6 @@ struct td_config {
 	__u8 synthetic_stack;
 	/* Stacks may be captured in this run: the gate is compiled in. */
 	__u8 stacks;
-	struct td_caller callers[TD_MAX_CALLERS];
-	struct td_rule rules[TD_MAX_RULES];
 	/*
 	 * Filters, each compiled out when off: calls of other thread groups,
 	 * cgroups or CPUs are neither counted nor captured.
@@ -163,6 +166,31 @@ struct td_config {
  * replaces a process that exited with TD_NO_PID, in place (the others do
  * not move, so a call of theirs is never missed meanwhile).
  */
+/*
+ * The deeper-frame rules (.bss): callers whose reason depends on deeper
+ * frames, and their rules. User space fills them once, from the kernel's
+ * symbols, then sets `ready`: before the program is loaded where the
+ * symbols are read first, else once it is attached, so that reading
+ * /proc/kallsyms is off the start path.
+ */
+struct td_deep {
+	__u32 ready;		/* the tables are final */
+	__u32 nr_callers;	/* entries used in callers[] */
+	struct td_caller callers[TD_MAX_CALLERS];
+	struct td_rule rules[TD_MAX_RULES];
+};
+
+/*
+ * A call counted before the rules were ready, from a site not resolved
+ * yet: the caller's return address and the frames above it (zeros past
+ * cfg.deep_depth, past the end of the stack, or all of them where the
+ * unwind found no caller), for user space to apply the rules to.
+ */
+struct td_early_key {
+	__u64 ret;
+	__u64 frames[TD_MAX_RULE_DEPTH];
+};
+
 struct td_pids {
 	__u32 n;
 	__u32 tgid[TD_MAX_PIDS];

@@ -2,7 +2,7 @@
 //! profile order, the caller routes user space applies once per call site,
 //! and the BPF tables of callers whose reason depends on deeper frames.
 
-use crate::bpf::abi::{DeepCaller, DeepRule};
+use crate::bpf::abi::{Deep, DeepCaller, DeepRule};
 use crate::profile::validate::FILE_PREFIX;
 use crate::profile::Resolved;
 use crate::reasons::{Mapper, SourcePattern};
@@ -11,8 +11,7 @@ use crate::reasons::{Mapper, SourcePattern};
 #[derive(Debug)]
 pub(crate) struct Compiled {
     pub(crate) mapper: Mapper,
-    pub(crate) callers: Vec<DeepCaller>,
-    pub(crate) rules: Vec<DeepRule>,
+    pub(crate) deep: Deep,
 }
 
 /// The mapping a resolved profile asks for: its reasons take the first
@@ -23,8 +22,7 @@ pub(crate) fn compile(resolved: Option<&Resolved>, max_reasons: usize) -> Compil
     let Some(p) = resolved else {
         return Compiled {
             mapper: Mapper::auto(max_reasons),
-            callers: Vec::new(),
-            rules: Vec::new(),
+            deep: Deep::default(),
         };
     };
     let mut m = Mapper::auto(max_reasons.max(p.reasons.len()));
@@ -67,8 +65,7 @@ pub(crate) fn compile(resolved: Option<&Resolved>, max_reasons: usize) -> Compil
     }
     Compiled {
         mapper: m,
-        callers,
-        rules,
+        deep: Deep { callers, rules },
     }
 }
 
@@ -112,7 +109,7 @@ mod tests {
         // No default reason: unmatched calls count under the caller's name.
         let own = slot("collapse");
         assert_eq!(
-            c.callers,
+            c.deep.callers,
             vec![
                 DeepCaller {
                     lo: 0x100,
@@ -131,7 +128,8 @@ mod tests {
             ]
         );
         assert_eq!(
-            c.rules
+            c.deep
+                .rules
                 .iter()
                 .map(|r| (r.lo, r.reason, r.depth))
                 .collect::<Vec<_>>(),
@@ -156,7 +154,7 @@ mod tests {
     #[test]
     fn no_profile_is_one_reason_per_caller() {
         let c = compile(None, 8);
-        assert!(c.callers.is_empty() && c.rules.is_empty());
+        assert!(c.deep.callers.is_empty() && c.deep.rules.is_empty());
         assert_eq!(c.mapper.reasons.reason_names().count(), 0);
     }
 }

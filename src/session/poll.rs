@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{self, Pending, PerCpu, Stats, NR_SLOTS};
+use crate::bpf::abi::{self, Pending, PerCpu, Stats, EARLY_KEY_WORDS, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -18,6 +18,10 @@ pub(crate) struct Poller {
     /// from poll to poll.
     counts: PerCpu,
     pending: Pending,
+    /// Calls counted before the deeper-frame rules were filled in, and
+    /// the slot each key (return address and frames) was given.
+    early: Pending,
+    early_slots: HashMap<[u64; EARLY_KEY_WORDS], u32>,
     /// The counter array last read, summed over the CPUs.
     summed: Vec<u64>,
 }
@@ -37,9 +41,18 @@ impl Poller {
     ) -> Result<Vec<u64>> {
         maps.read_counts(&mut self.counts)?;
         maps.read_pending(&mut self.pending)?;
+        maps.read_early(&mut self.early)?;
         let mut totals = self.slots();
         self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
+        })?;
+        // Calls before the rules: a deeper-frame caller's by its rules on
+        // the frames counted with them, any other as its site.
+        self.add_early(&mut totals, |ret, frames| {
+            match mapper.deep.slot(ret, frames) {
+                Some(s) => Ok(s),
+                None => resolve(maps, ksyms, mapper, src.as_deref_mut(), ret),
+            }
         })?;
         Ok(totals)
     }
@@ -83,6 +96,31 @@ impl Poller {
                 None => {
                     let s = resolve(ret)?;
                     self.sites.insert(ret, s);
+                    s
+                }
+            };
+            totals[slot as usize] = totals[slot as usize].wrapping_add(n);
+        }
+        Ok(())
+    }
+
+    /// Adds the counts the early buffer holds to `totals`, each under the
+    /// slot `resolve` gives its return address and frames the first time
+    /// the key is seen. No kernel: `totals` fills the buffers.
+    pub(crate) fn add_early(
+        &mut self,
+        totals: &mut [u64],
+        mut resolve: impl FnMut(u64, &[u64]) -> Result<u32>,
+    ) -> Result<()> {
+        for (key, n) in self.early.entries() {
+            let Ok(k) = <[u64; EARLY_KEY_WORDS]>::try_from(key) else {
+                continue;
+            };
+            let slot = match self.early_slots.get(&k) {
+                Some(&s) => s,
+                None => {
+                    let s = resolve(k[0], &k[1..])?;
+                    self.early_slots.insert(k, s);
                     s
                 }
             };

@@ -62,7 +62,7 @@ fn kernel_copy(poller: &mut Poller, counts: &[u64], stride: usize, sites: &[(u64
     c.words.clear();
     c.words.extend_from_slice(counts);
     let room = pending.len() + 64;
-    pending.clear(CPUS);
+    pending.clear(CPUS, 1);
     for batch in sites.chunks(room) {
         let (keys, values) = pending.spare(room);
         for (i, (ret, _, flat)) in batch.iter().enumerate() {

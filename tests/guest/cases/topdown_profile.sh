@@ -55,6 +55,29 @@ expect_eq "inline: FAULT" "$(reason_count FAULT)" $((F + P + Q))
 expect_eq "inline: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
 expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
 
+# Calls before the rules are in: topdown fills in its deeper-frame rules once attached
+# (after reading /proc/kallsyms), and counts the calls it sees meanwhile with the frames
+# above their callers, to be given their reasons from those. A loop of one munmap half
+# and one MADV_DONTNEED half per round runs from before topdown starts, so calls come
+# in that time: MUNMAP and folio_remove_rmap_ptes stay within one call of each other
+# (a round cut by the start or the end), where calls counted by their caller alone
+# would all have gone to folio_remove_rmap_ptes.
+rm -f "$TD_TMP/stop"
+(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
+loop=$!
+sleep 1
+td_start deferred_split_folio --rules "MUNMAP=folio_remove_rmap_ptes@vms_complete_munmap_vmas/8;FAULT=$TD_THP_FAULT"
+sleep 2
+touch "$TD_TMP/stop"
+wait $loop || { cat "$TD_TMP/loop.out"; fail "the thp loop failed"; }
+td_stop INT
+m=$(reason_count MUNMAP)
+d=$(reason_count folio_remove_rmap_ptes)
+[ "$m" -gt 2 ] || fail "early: only $m MUNMAP calls counted"
+[ $((m - d)) -ge -1 ] && [ $((m - d)) -le 1 ] || fail "early: MUNMAP $m against folio_remove_rmap_ptes $d"
+expect_eq "early: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+expect_eq "early: caller not found" "$(summary_num caller_not_found)" 0
+
 # --list-reasons shows the profile as resolved on this kernel, and exits.
 topdown deferred_split_folio --list-reasons >"$TD_TMP/list" 2>&1
 expect_eq "--list-reasons: exit status" $? 0
