@@ -571,7 +571,8 @@ static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_k
 
 		if (r >= nr || idx >= TD_MAX_RULES)
 			break;
-		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH; d++) {
+		/* The profile's deepest rule bounds the loop: half the verifier's work for the THP profile. */
+		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH && d < cfg.deep_depth; d++) {
 			__u64 ip = s->early.frames[d];
 
 			/* a zero frame ends the stack */
