@@ -145,16 +145,25 @@ pub(crate) struct Features {
     /// in programs of every kind: Linux 6.1 and later (its BPF memory
     /// allocator); before, tracing programs need preallocated ones.
     pub(crate) on_demand_hash: bool,
+    /// The bpf_loop helper: Linux 5.17 and later.
+    pub(crate) loop_helper: bool,
 }
 
 impl Features {
     pub(crate) fn probe() -> Self {
         // Without sysfs we cannot tell: let the attach attempt say.
         let pmus = Path::new(PMU_DIR);
+        let release = kernel_release();
+        let at_least = |want| {
+            release
+                .as_deref()
+                .is_some_and(|r| release_at_least(r, want))
+        };
         Features {
             btf: Path::new(BTF_PATH).exists(),
             kprobes: !pmus.exists() || pmus.join("kprobe").exists(),
-            on_demand_hash: kernel_release().is_some_and(|r| release_at_least(&r, (6, 1))),
+            on_demand_hash: at_least((6, 1)),
+            loop_helper: at_least((5, 17)),
         }
     }
 }

@@ -278,6 +278,7 @@ fn attach_target<'obj>(
         Some((_, c, addr, _)) => (Some(c.deep.clone()), *addr),
         None => (None, 0),
     };
+    let features = host::Features::probe();
     let config = Config {
         func_addr,
         verify_caller: extra.verify_caller,
@@ -286,6 +287,7 @@ fn attach_target<'obj>(
         sample_every: load.sample,
         deep,
         deep_depth: deep_depth(target),
+        loop_helper: features.loop_helper,
         stacks: extra.stacks,
         filter: extra.filter,
     };
@@ -295,7 +297,7 @@ fn attach_target<'obj>(
         func,
         load.request,
         extra.companion,
-        &host::Features::probe(),
+        &features,
     );
     match attached {
         Ok(a) => Ok(Attached {

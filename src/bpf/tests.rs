@@ -90,11 +90,18 @@ fn a_missing_return_address_counts_as_not_found() {
 
 #[test]
 fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
-    // No frame above the caller lies in the rule's range, so the caller's
-    // default reason must be used, never a pending or lost count.
+    for loop_helper in [false, true] {
+        deep_rules_fall_back(loop_helper);
+    }
+}
+
+// No frame above the caller lies in the rule's range, so the caller's
+// default reason must be used, never a pending or lost count.
+fn deep_rules_fall_back(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
+        loop_helper,
         deep: Some(Deep {
             callers: vec![DeepCaller {
                 lo: 0xffffffff81000000,
@@ -352,19 +359,30 @@ fn run_deep_cases(p: &Probe<'_>) -> [u64; 12] {
 }
 
 /// Deeper-frame rules on made-up stacks (deep_tables, DEEP_CASES), known
-/// at load.
+/// at load; walked with bpf_loop and without.
 #[test]
 fn deep_rules_match_frames_within_their_depth_first_rule_first() {
+    for loop_helper in [false, true] {
+        deep_rules_match(loop_helper);
+    }
+}
+
+fn deep_rules_match(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
         deep: Some(deep_tables()),
+        loop_helper,
         ..Config::default()
     };
     let p = selftest::load(&mut storage, &config);
     let want = run_deep_cases(&p);
     let c = p.maps().counts().unwrap();
-    assert_eq!(&c[9..12], &want[9..12], "slots 9, 10, 11");
+    assert_eq!(
+        &c[9..12],
+        &want[9..12],
+        "slots 9, 10, 11, bpf_loop: {loop_helper}"
+    );
     assert_eq!(c.iter().sum::<u64>(), want.iter().sum::<u64>());
     assert!(p.maps().pending().unwrap().is_empty());
     assert_eq!(
@@ -383,11 +401,18 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
 /// resolved as any pending site.
 #[test]
 fn calls_before_the_rules_are_kept_with_their_frames_and_agree_after() {
+    for loop_helper in [false, true] {
+        calls_before_the_rules(loop_helper);
+    }
+}
+
+fn calls_before_the_rules(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let deep = deep_tables();
     let config = Config {
         func_addr: FUNC,
         deep_depth: deep.depth(),
+        loop_helper,
         ..Config::default()
     };
     let p = selftest::load(&mut storage, &config);

@@ -157,7 +157,9 @@ struct td_config {
 	__u8 filter_cpus;	/* only CPUs whose bit is set in cpus */
 	/* Any of the three: one test on the counting path when none is on. */
 	__u8 filtered;
-	__u8 pad[4];
+	/* bpf_loop (5.17) is there: the deeper-frame rules are walked with it. */
+	__u8 loop_helper;
+	__u8 pad[3];
 	__u64 cpus[TD_MAX_CPUS / 64];
 };
 
