@@ -250,7 +250,8 @@ impl Maps {
             counts: handle(&m.counts, "counts")?,
             sites: handle(&m.sites, "sites")?,
             pending: handle(&m.pending, "pending")?,
-            early: Some(handle(&m.early, "early")?),
+            // Sized to one entry where it cannot be used: no read per poll.
+            early: Some(handle(&m.early, "early")?).filter(|e| e.max_entries() > 1),
             stats: handle(&m.stats, "stats")?,
             budget: handle(&m.budget, "budget")?,
             samples: handle(&m.samples, "samples")?,
