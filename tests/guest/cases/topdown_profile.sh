@@ -62,21 +62,24 @@ expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
 # in that time: MUNMAP and folio_remove_rmap_ptes stay within one call of each other
 # (a round cut by the start or the end), where calls counted by their caller alone
 # would all have gone to folio_remove_rmap_ptes.
-rm -f "$TD_TMP/stop"
-(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
-loop=$!
-sleep 1
-td_start deferred_split_folio --rules "MUNMAP=folio_remove_rmap_ptes@vms_complete_munmap_vmas/8;FAULT=$TD_THP_FAULT"
-sleep 2
-touch "$TD_TMP/stop"
-wait $loop || { cat "$TD_TMP/loop.out"; fail "the thp loop failed"; }
-td_stop INT
-m=$(reason_count MUNMAP)
-d=$(reason_count folio_remove_rmap_ptes)
-[ "$m" -gt 2 ] || fail "early: only $m MUNMAP calls counted"
-[ $((m - d)) -ge -1 ] && [ $((m - d)) -le 1 ] || fail "early: MUNMAP $m against folio_remove_rmap_ptes $d"
-expect_eq "early: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
-expect_eq "early: caller not found" "$(summary_num caller_not_found)" 0
+for mode in fentry kprobe; do
+	rm -f "$TD_TMP/stop"
+	(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
+	loop=$!
+	sleep 1
+	td_start deferred_split_folio --$mode --rules "MUNMAP=folio_remove_rmap_ptes@vms_complete_munmap_vmas/8;FAULT=$TD_THP_FAULT"
+	sleep 2
+	touch "$TD_TMP/stop"
+	wait $loop || { cat "$TD_TMP/loop.out"; fail "the thp loop failed"; }
+	td_stop INT
+	m=$(reason_count MUNMAP)
+	d=$(reason_count folio_remove_rmap_ptes)
+	[ "$m" -gt 2 ] || fail "early, $mode: only $m MUNMAP calls counted"
+	[ $((m - d)) -ge -1 ] && [ $((m - d)) -le 1 ] || fail "early, $mode: MUNMAP $m against folio_remove_rmap_ptes $d"
+	echo "ok: early, $mode: MUNMAP $m, folio_remove_rmap_ptes $d"
+	expect_eq "early, $mode: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+	expect_eq "early, $mode: caller not found" "$(summary_num caller_not_found)" 0
+done
 
 # --list-reasons shows the profile as resolved on this kernel, and exits.
 topdown deferred_split_folio --list-reasons >"$TD_TMP/list" 2>&1
