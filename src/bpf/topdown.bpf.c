@@ -493,6 +493,26 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 }
 
 /*
+ * Adds a call to `key`'s count in per-CPU hash `map` (pending, early),
+ * inserting the key on its first call; false where the table is full.
+ */
+static __always_inline bool count_in(void *map, void *key)
+{
+	__u64 one = 1, *p;
+
+	if ((p = bpf_map_lookup_elem(map, key))) {
+		(*p)++;
+	} else if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0) {
+		/* counted */
+	} else if ((p = bpf_map_lookup_elem(map, key))) {
+		(*p)++;		/* lost a race to insert */
+	} else {
+		return false;
+	}
+	return true;
+}
+
+/*
  * The unwind for a call from a deeper-frame caller, or for an early count:
  * the caller's index in s->ips, or -1.  The unwind returns a different
  * constant on each of its paths, and what follows was verified once for
@@ -640,7 +660,6 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 {
 	__u32 zero = 0;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	__u64 one = 1, *p;
 	int ci;
 
 	if (!s) {
@@ -655,17 +674,10 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH; d++)
 			s->early.frames[d] = 0;
 	}
-	if ((p = bpf_map_lookup_elem(&early, &s->early))) {
-		(*p)++;
-	} else if (bpf_map_update_elem(&early, &s->early, &one, BPF_NOEXIST) == 0) {
-		/* counted */
-	} else if ((p = bpf_map_lookup_elem(&early, &s->early))) {
-		(*p)++;		/* lost a race to insert */
-	} else {
-		c->n[TD_SLOT_SITES_FULL]++;
-		return TD_SLOT_SITES_FULL;
-	}
-	return TD_SLOT_NONE;
+	if (count_in(&early, &s->early))
+		return TD_SLOT_NONE;
+	c->n[TD_SLOT_SITES_FULL]++;
+	return TD_SLOT_SITES_FULL;
 }
 
 static __always_inline __u32 site_hash(__u64 ret)
@@ -693,7 +705,6 @@ static __always_inline __u32 cached_reason(__u64 ret)
 static __noinline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret,
 				       enum td_kind kind)
 {
-	__u64 one = 1, *p;
 	__u32 *slot, r = TD_SLOT_NONE;
 	int dc;
 
@@ -713,18 +724,13 @@ static __noinline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret
 	}
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
-	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
-		/* First calls from a site: counted per address until resolved. */
-		(*p)++;
-	} else if (bpf_map_update_elem(&pending, &ret, &one, BPF_NOEXIST) == 0) {
-		/* counted */
-	} else if ((p = bpf_map_lookup_elem(&pending, &ret))) {
-		(*p)++;		/* lost a race to insert */
-	} else {
-		r = TD_SLOT_SITES_FULL;
-		c->n[TD_SLOT_SITES_FULL]++;
+		return r;
 	}
-	return r;
+	/* First calls from a site: counted per address until resolved. */
+	if (count_in(&pending, &ret))
+		return TD_SLOT_NONE;
+	c->n[TD_SLOT_SITES_FULL]++;
+	return TD_SLOT_SITES_FULL;
 }
 
 static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)

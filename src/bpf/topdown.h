@@ -164,11 +164,6 @@ struct td_config {
 };
 
 /*
- * The --pid filter's thread groups (tgids): the first n of tgid. User space
- * replaces a process that exited with TD_NO_PID, in place (the others do
- * not move, so a call of theirs is never missed meanwhile).
- */
-/*
  * The deeper-frame rules (.bss): callers whose reason depends on deeper
  * frames, and their rules. User space fills them once, from the kernel's
  * symbols, then sets `ready`: before the program is loaded where the
@@ -193,6 +188,11 @@ struct td_early_key {
 	__u64 frames[TD_MAX_RULE_DEPTH];
 };
 
+/*
+ * The --pid filter's thread groups (tgids): the first n of tgid. User space
+ * replaces a process that exited with TD_NO_PID, in place (the others do
+ * not move, so a call of theirs is never missed meanwhile).
+ */
 struct td_pids {
 	__u32 n;
 	__u32 tgid[TD_MAX_PIDS];
