@@ -287,7 +287,6 @@ fn attach_target<'obj>(
         sample_every: load.sample,
         deep,
         deep_depth: deep_depth(target),
-        loop_helper: features.loop_helper,
         stacks: extra.stacks,
         filter: extra.filter,
     };

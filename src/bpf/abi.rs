@@ -153,9 +153,6 @@ pub(crate) struct Config {
     /// The deepest frame a rule of the profile looks at, where the rules
     /// are filled in after attaching (0: no deeper-frame rules).
     pub(crate) deep_depth: u32,
-    /// The kernel has bpf_loop: the rules are walked with it, and verified
-    /// once whatever their number.
-    pub(crate) loop_helper: bool,
     /// Stacks may be captured: compiles the capture gate in.
     pub(crate) stacks: bool,
     /// Which calls count (the pids and the cgroup also go into maps, after
@@ -175,7 +172,6 @@ impl Config {
         dst.stacks = self.stacks.into();
         let known = self.deep.as_ref().map_or(0, Deep::depth);
         dst.deep_depth = self.deep_depth.min(MAX_RULE_DEPTH).max(known);
-        dst.loop_helper = self.loop_helper.into();
         let f = &self.filter;
         dst.filter_pids = (!f.pids.is_empty()).into();
         dst.filter_cgroup = f.cgroup.is_some().into();

@@ -193,6 +193,8 @@ fn open_for<'obj>(
         .as_deref_mut()
         .expect("the BPF object has .rodata");
     config.write(&mut ro.cfg);
+    // With bpf_loop the rules' walk is verified once, whatever their number.
+    ro.cfg.loop_helper = host.loop_helper.into();
     #[cfg(test)]
     if mode.is_none() {
         ro.cfg.synthetic_stack = 1;
@@ -439,14 +441,16 @@ pub(crate) mod selftest {
         storage: &'obj mut MaybeUninit<OpenObject>,
         config: &Config,
     ) -> Probe<'obj> {
-        let open = open_for(
-            storage,
-            config,
-            "selftest",
-            Programs::SelfTest,
-            &Features::probe(),
-        )
-        .expect("open");
+        load_on(storage, config, &Features::probe())
+    }
+
+    /// `load`, as for a kernel with `host`'s features.
+    pub(crate) fn load_on<'obj>(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        config: &Config,
+        host: &Features,
+    ) -> Probe<'obj> {
+        let open = open_for(storage, config, "selftest", Programs::SelfTest, host).expect("open");
         let skel = open
             .load()
             .expect("load the raw_tp self-test program (needs root)");

@@ -18,6 +18,7 @@ use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
 use crate::bpf::skel::types::td_sample;
 use crate::filter::Filter;
+use crate::host::Features;
 
 const FUNC: u64 = 0xffffffff82000000;
 
@@ -88,6 +89,20 @@ fn a_missing_return_address_counts_as_not_found() {
     });
 }
 
+/// The self-test program, its deeper-frame rules walked with bpf_loop or
+/// unrolled as on a kernel before 5.17.
+fn load_walking_rules<'obj>(
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    config: &Config,
+    loop_helper: bool,
+) -> Probe<'obj> {
+    let host = Features {
+        loop_helper,
+        ..Features::probe()
+    };
+    selftest::load_on(storage, config, &host)
+}
+
 #[test]
 fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
     for loop_helper in [false, true] {
@@ -101,7 +116,6 @@ fn deep_rules_fall_back(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        loop_helper,
         deep: Some(Deep {
             callers: vec![DeepCaller {
                 lo: 0xffffffff81000000,
@@ -119,7 +133,7 @@ fn deep_rules_fall_back(loop_helper: bool) {
         }),
         ..Config::default()
     };
-    let p = selftest::load(&mut storage, &config);
+    let p = load_walking_rules(&mut storage, &config, loop_helper);
     p.test_count(0xffffffff81000010, 6);
     let c = p.maps().counts().unwrap();
     assert_eq!(c[9], 6);
@@ -372,10 +386,9 @@ fn deep_rules_match(loop_helper: bool) {
     let config = Config {
         func_addr: FUNC,
         deep: Some(deep_tables()),
-        loop_helper,
         ..Config::default()
     };
-    let p = selftest::load(&mut storage, &config);
+    let p = load_walking_rules(&mut storage, &config, loop_helper);
     let want = run_deep_cases(&p);
     let c = p.maps().counts().unwrap();
     assert_eq!(
@@ -412,10 +425,9 @@ fn calls_before_the_rules(loop_helper: bool) {
     let config = Config {
         func_addr: FUNC,
         deep_depth: deep.depth(),
-        loop_helper,
         ..Config::default()
     };
-    let p = selftest::load(&mut storage, &config);
+    let p = load_walking_rules(&mut storage, &config, loop_helper);
     let want = run_deep_cases(&p);
     let plain = B + 0x9010;
     p.test_count_stack(&[plain, B + 0x5010], 3);
