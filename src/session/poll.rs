@@ -3,6 +3,7 @@
 //! as they appear.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use crate::bpf::abi::{self, Pending, PerCpu, Stats, EARLY_KEY_WORDS, NR_SLOTS};
 use crate::bpf::maps::Maps;
@@ -88,20 +89,9 @@ impl Poller {
     pub(crate) fn add_pending(
         &mut self,
         totals: &mut [u64],
-        mut resolve: impl FnMut(u64) -> Result<u32>,
+        resolve: impl FnMut(u64) -> Result<u32>,
     ) -> Result<()> {
-        for (ret, n) in self.pending.sums() {
-            let slot = match self.sites.get(&ret) {
-                Some(&s) => s,
-                None => {
-                    let s = resolve(ret)?;
-                    self.sites.insert(ret, s);
-                    s
-                }
-            };
-            totals[slot as usize] = totals[slot as usize].wrapping_add(n);
-        }
-        Ok(())
+        add_by_slot(totals, &mut self.sites, self.pending.sums(), resolve)
     }
 
     /// Adds the counts the early buffer holds to `totals`, each under the
@@ -112,21 +102,13 @@ impl Poller {
         totals: &mut [u64],
         mut resolve: impl FnMut(u64, &[u64]) -> Result<u32>,
     ) -> Result<()> {
-        for (key, n) in self.early.entries() {
-            let Ok(k) = <[u64; EARLY_KEY_WORDS]>::try_from(key) else {
-                continue;
-            };
-            let slot = match self.early_slots.get(&k) {
-                Some(&s) => s,
-                None => {
-                    let s = resolve(k[0], &k[1..])?;
-                    self.early_slots.insert(k, s);
-                    s
-                }
-            };
-            totals[slot as usize] = totals[slot as usize].wrapping_add(n);
-        }
-        Ok(())
+        let entries = self
+            .early
+            .entries()
+            .filter_map(|(key, n)| Some((<[u64; EARLY_KEY_WORDS]>::try_from(key).ok()?, n)));
+        add_by_slot(totals, &mut self.early_slots, entries, |k| {
+            resolve(k[0], &k[1..])
+        })
     }
 
     /// The buffers `totals` reads the maps into, for the benchmark to fill
@@ -141,6 +123,28 @@ impl Poller {
     pub(crate) fn sites(&self) -> usize {
         self.sites.len()
     }
+}
+
+/// Adds each entry's count to `totals` under its key's slot: from `slots`,
+/// where `resolve` put it the first time the key was seen.
+fn add_by_slot<K: Copy + Eq + Hash>(
+    totals: &mut [u64],
+    slots: &mut HashMap<K, u32>,
+    entries: impl Iterator<Item = (K, u64)>,
+    mut resolve: impl FnMut(K) -> Result<u32>,
+) -> Result<()> {
+    for (key, n) in entries {
+        let slot = match slots.get(&key) {
+            Some(&s) => s,
+            None => {
+                let s = resolve(key)?;
+                slots.insert(key, s);
+                s
+            }
+        };
+        totals[slot as usize] = totals[slot as usize].wrapping_add(n);
+    }
+    Ok(())
 }
 
 /// The slot of a new call site. Another topdown process reading the same
