@@ -7,8 +7,9 @@
 # calls, since the shell around them faults too. The kernel-initiated reasons of the
 # other workloads (GUP, REMOTE, FIXUP) stay at 0 in each window; EXEC is left out of
 # that, as the shell runs commands (td_start's checks) after topdown has attached: the
-# exec window counts only the workload's process (-p). Last, the automatic drill-down: repeated MADV_POPULATE_WRITE makes GUP
-# dominate, and its captured stacks lead from __get_user_pages to madvise.
+# exec window counts only the workload's process (-p). Last, the automatic drill-down:
+# repeated MADV_POPULATE_WRITE makes GUP dominate, and its captured stacks lead from
+# __get_user_pages to madvise.
 . "$TD_LIB"
 need_cmd topdown faults
 need_func handle_mm_fault
