@@ -28,9 +28,7 @@ pub(crate) const ENTRY_WINDOW: u64 = types::td_abi::TD_ENTRY_WINDOW.0 as u64;
 #[cfg(test)]
 pub(crate) const SELFTEST_ARGS: usize = types::td_abi::TD_SELFTEST_ARGS.0 as usize;
 const NR_STATS: usize = types::td_stat::TD_NR_STATS.0 as usize;
-const SITE_CACHE_BITS: u32 = types::td_abi::TD_SITE_CACHE_BITS.0;
 const SITE_SHIFT: u32 = types::td_abi::TD_SITE_SHIFT.0;
-#[cfg(test)]
 const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
 const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
 /// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
@@ -41,18 +39,27 @@ const _: () = assert!(size_of::<types::td_counts>() == COUNTS_WORDS * 8);
 const _: () = assert!(size_of::<types::td_budget>() == 8);
 const _: () = assert!(size_of::<types::td_stats>() == NR_STATS * 8);
 const _: () = assert!(NR_SLOTS.is_power_of_two());
+// An empty site cache entry (0) reads as return address 0, not found.
+const _: () = assert!(SLOT_NOT_FOUND == 0);
 const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
 
 /// The site cache entry for `ret` in `slot`, and its index; None where the
-/// cache cannot hold it (an address with a bit clear above SITE_SHIFT, or
-/// a slot too large), which the sites hash then serves alone. As
-/// site_hash() and site_reason() in topdown.bpf.c.
+/// cache cannot hold it (an address with a bit clear above the bits the
+/// BPF side compares, or a slot too large), which the sites hash then
+/// serves alone. As site_index() and cached_reason() in topdown.bpf.c.
 pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
     let high = !0u64 << SITE_SHIFT;
-    if ret & high != high || u64::from(slot) >= 1 << (64 - SITE_SHIFT) {
+    // x86-64 compares the low 32 bits only: all its kernel text is in the
+    // top 2 GiB.
+    let named = if cfg!(target_arch = "x86_64") {
+        !0u64 << 32
+    } else {
+        high
+    };
+    if ret & named != named || u64::from(slot) >= 1 << (64 - SITE_SHIFT) {
         return None;
     }
-    let index = (ret.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SITE_CACHE_BITS)) as usize;
+    let index = (ret >> 3) as usize & (SITE_CACHE - 1);
     Some((index, (u64::from(slot) << SITE_SHIFT) | (ret & !high)))
 }
 
@@ -536,15 +543,18 @@ mod tests {
     #[test]
     fn site_cache_entries_hold_kernel_text_addresses_only() {
         let (i, e) = site_cache_entry(0xffffffff81234567, 5).unwrap();
-        assert!(i < SITE_CACHE);
+        assert_eq!(i, (0x1234567 >> 3) & (SITE_CACHE - 1));
         assert_eq!(e, (5 << 48) | 0xffff81234567);
-        // What the BPF side compares: the low 48 bits.
+        // What the BPF side compares: the low 48 bits, or 32 on x86-64.
         assert_eq!((e ^ 0xffffffff81234567) << 16, 0);
+        assert_eq!(e as u32, 0x81234567);
         assert_eq!(site_cache_entry(0x00007fff81234567, 5), None);
         assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 16), None);
-        // Neighbouring addresses spread over the cache.
+        let arm64 = site_cache_entry(0xffff800081234567, 5);
+        assert_eq!(arm64.is_none(), cfg!(target_arch = "x86_64"));
+        // Neighbouring call sites take different entries.
         let a = site_cache_entry(0xffffffff81000010, 2).unwrap().0;
-        let b = site_cache_entry(0xffffffff81000020, 2).unwrap().0;
+        let b = site_cache_entry(0xffffffff81000018, 2).unwrap().0;
         assert_ne!(a, b);
     }
 

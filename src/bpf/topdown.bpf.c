@@ -680,18 +680,30 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 	return TD_SLOT_SITES_FULL;
 }
 
-static __always_inline __u32 site_hash(__u64 ret)
+/* A return address's entry: bits 3 and up (two call sites are 5 bytes apart at least). */
+static __always_inline __u32 site_index(__u64 ret)
 {
-	return (ret * 0x9e3779b97f4a7c15ULL) >> (64 - TD_SITE_CACHE_BITS);
+	return (ret >> 3) & (TD_SITE_CACHE - 1);
 }
 
-/* A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not there. */
+/*
+ * A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not
+ * there. An empty entry is 0, which reads as slot TD_SLOT_NOT_FOUND for
+ * return address 0 (the caller not found: right) and matches no other.
+ */
 static __always_inline __u32 cached_reason(__u64 ret)
 {
-	__u64 e = site_cache[site_hash(ret) & (TD_SITE_CACHE - 1)];
+	__u64 e = site_cache[site_index(ret)];
 
-	/* 0 (never a kernel address) misses: its low bits match no entry's */
-	if (e && !((e ^ ret) << (64 - TD_SITE_SHIFT)))
+#if defined(__TARGET_ARCH_x86)
+	/*
+	 * All of x86-64's kernel text (modules and BPF code too) lies in the
+	 * top 2 GiB, so the low 32 bits name a return address: one compare.
+	 */
+	if ((__u32)e == (__u32)ret)
+#else
+	if (!((e ^ ret) << (64 - TD_SITE_SHIFT)))
+#endif
 		return e >> TD_SITE_SHIFT;
 	return TD_SLOT_NONE;
 }

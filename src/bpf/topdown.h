@@ -41,10 +41,12 @@ enum td_abi {
 	TD_ENTRY_WINDOW = 16,
 	TD_NAME_LEN = 256,		/* a reason's name in the names map, NUL included */
 	/*
-	 * The direct-mapped site cache in front of the sites hash: entries
-	 * are (slot << TD_SITE_SHIFT) | the return address's low bits. Kernel
-	 * text addresses have all their bits above TD_SITE_SHIFT set, so the
-	 * low bits name the address; others are left to the hash.
+	 * The direct-mapped site cache in front of the sites hash, indexed by
+	 * the return address's bits 3 and up: entries are (slot <<
+	 * TD_SITE_SHIFT) | the return address's low bits. Kernel text
+	 * addresses have all their bits above TD_SITE_SHIFT set (x86-64: above
+	 * bit 31), so the low bits name the address; others are left to the
+	 * hash.
 	 */
 	TD_SITE_CACHE_BITS = 12,
 	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
