@@ -123,8 +123,9 @@ impl Deep {
     /// The slot of a call from `ret` with `frames` above its caller
     /// (nearest first), as deep_reason() in topdown.bpf.c decides it: the
     /// first rule with a frame in its range within its depth, else the
-    /// caller's own; None where `ret` is in no deeper-frame caller. For
-    /// the calls counted before the tables were ready.
+    /// caller's own, also where the first frame is NO_FRAMES (no unwind);
+    /// None where `ret` is in no deeper-frame caller. For the calls counted
+    /// before the tables were ready.
     pub(crate) fn slot(&self, ret: u64, frames: &[u64]) -> Option<u32> {
         let inside = |lo: u64, hi: u64, a: u64| (lo..hi).contains(&a.wrapping_sub(1));
         let c = self
@@ -132,6 +133,10 @@ impl Deep {
             .iter()
             .take(MAX_DEEP_CALLERS)
             .find(|c| inside(c.lo, c.hi, ret))?;
+        // The unwind found no caller: deep_reason() falls back to the caller's own.
+        if frames.first() == Some(&NO_FRAMES) {
+            return Some(c.reason);
+        }
         let first = c.rule_first as usize;
         let rules = self.rules.iter().take(MAX_DEEP_RULES);
         for r in rules.skip(first).take(c.rule_count as usize) {
@@ -143,6 +148,18 @@ impl Deep {
             }
         }
         Some(c.reason)
+    }
+
+    /// The calls in the early table from a deeper-frame caller whose
+    /// unwind found no caller. `slot` gives them the caller's own reason,
+    /// as deep_reason() does after the tables are ready, where it counts
+    /// them as deep unwind failures: so are these.
+    pub(crate) fn unwind_failures(&self, early: &Pending) -> u64 {
+        early
+            .entries()
+            .filter(|(key, _)| key.get(1) == Some(&NO_FRAMES) && self.slot(key[0], &[]).is_some())
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 
@@ -195,6 +212,8 @@ impl Config {
 pub(crate) const MAX_PIDS: usize = types::td_abi::TD_MAX_PIDS.0 as usize;
 /// What an exited process of the pid filter becomes (no tgid is this).
 pub(crate) const NO_PID: u32 = types::td_no_pid::TD_NO_PID.0;
+/// An early key's first frame where the unwind found no caller.
+pub(crate) const NO_FRAMES: u64 = types::td_abi::TD_NO_FRAMES.0 as u64;
 
 const _: () = assert!(size_of::<types::td_pids>() == 4 + MAX_PIDS * 4);
 
@@ -248,6 +267,12 @@ impl Stats {
 
     pub(crate) fn stack(&self, which: StackStat) -> u64 {
         self.stack[which.0 as usize]
+    }
+
+    /// Adds `n` to counter `which`: what user space counts for the kernel side.
+    pub(crate) fn add(&mut self, which: Stat, n: u64) {
+        let c = &mut self.rare[which.0 as usize];
+        *c = c.wrapping_add(n);
     }
 
     /// What was counted since `base` was read.
@@ -513,6 +538,47 @@ mod tests {
         let s = Stats::from_percpu(&PerCpu::default(), &summed);
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 0);
+    }
+
+    #[test]
+    fn failed_unwinds_before_the_rules_count_for_deeper_frame_callers_only() {
+        let deep = Deep {
+            callers: vec![DeepCaller {
+                lo: 0xffffffff81000000,
+                hi: 0xffffffff81001000,
+                rule_first: 0,
+                rule_count: 1,
+                reason: 9,
+            }],
+            rules: vec![DeepRule {
+                lo: 0,
+                hi: u64::MAX,
+                reason: 10,
+                depth: 1,
+            }],
+        };
+        let mut early = Pending::default();
+        early.clear(1, EARLY_KEY_WORDS);
+        for (ret, first, n) in [
+            (0xffffffff81000010, NO_FRAMES, 3), // a deeper-frame caller, failed
+            (0xffffffff81000010, 0xffffffff82000000, 4), // the same, with frames
+            (0xffffffff81002010, NO_FRAMES, 5), // another caller, failed
+        ] {
+            let (k, v) = early.spare(1);
+            k.fill(0);
+            k[0] = ret;
+            k[1] = first;
+            v[0] = n;
+            early.filled(1);
+        }
+        assert_eq!(deep.unwind_failures(&early), 3);
+        // They take the caller's own reason, even from a rule that covers
+        // every address.
+        assert_eq!(deep.slot(0xffffffff81000010, &[NO_FRAMES]), Some(9));
+        assert_eq!(
+            deep.slot(0xffffffff81000010, &[0xffffffff82000000]),
+            Some(10)
+        );
     }
 
     #[test]

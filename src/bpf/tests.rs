@@ -472,6 +472,49 @@ fn calls_before_the_rules(loop_helper: bool) {
     assert_eq!(p.maps().pending().unwrap(), vec![(plain, 2)]);
 }
 
+/// A call from a deeper-frame caller whose unwind fails takes the caller's
+/// own reason and counts as a deep unwind failure: by the BPF side once
+/// the rules are in, and by user space from the early table before.
+#[test]
+fn unwind_failures_count_the_same_before_and_after_the_rules() {
+    let mut storage = MaybeUninit::uninit();
+    let deep = deep_tables();
+    let config = Config {
+        func_addr: FUNC,
+        deep_depth: deep.depth(),
+        ..Config::default()
+    };
+    let p = load_walking_rules(&mut storage, &config, true);
+    let failed = |p: &Probe<'_>| {
+        p.maps()
+            .stats()
+            .unwrap()
+            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED)
+    };
+    p.test_count_stack(&[DEEP_CALLER, abi::NO_FRAMES], 3);
+    // A plain site's failed unwind changes nothing: it is not counted as one.
+    p.test_count_stack(&[B + 0x9010, abi::NO_FRAMES], 2);
+    let mut early = abi::Pending::default();
+    p.maps().read_early(&mut early).unwrap();
+    let mut keys: Vec<_> = early.entries().map(|(k, n)| (k[..3].to_vec(), n)).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            (vec![DEEP_CALLER, abi::NO_FRAMES, 0], 3),
+            (vec![B + 0x9010, abi::NO_FRAMES, 0], 2)
+        ]
+    );
+    assert_eq!(deep.slot(DEEP_CALLER, &keys[0].0[1..]), Some(9));
+    assert_eq!(deep.unwind_failures(&early), 3);
+    assert_eq!(failed(&p), 0, "the BPF side counts none before the rules");
+
+    p.maps().set_deep(&deep);
+    p.test_count_stack(&[DEEP_CALLER, abi::NO_FRAMES], 4);
+    assert_eq!(p.maps().counts().unwrap()[9], 4);
+    assert_eq!(failed(&p), 4);
+}
+
 /// A ring buffer on `map` that keeps each sample's caller and reason in
 /// `out`.
 fn sample_ring<'a>(

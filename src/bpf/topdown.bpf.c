@@ -490,13 +490,16 @@ struct td_raw_tp_args {
 /*
  * For td_selftest: the caller's return address and the frames above it are
  * the raw tracepoint arguments, so rule matching can be tested on stacks
- * made up by the test.  Production programs never take this path (the
- * verifier drops it: cfg.synthetic_stack is a constant false there).
+ * made up by the test; a first frame of TD_NO_FRAMES makes the unwind
+ * fail.  Production programs never take this path (the verifier drops it:
+ * cfg.synthetic_stack is a constant false there).
  */
 static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 {
 	struct td_raw_tp_args *a = ctx;
 
+	if (a->args[1] == TD_NO_FRAMES)
+		return -1;
 	for (int i = 0; i < TD_SELFTEST_ARGS; i++)
 		s->ips[i] = a->args[i];
 	return 0;
@@ -681,7 +684,9 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 	if (ci >= 0) {
 		frames_above(s, ci);
 	} else {
-		for (__u32 d = 0; d < TD_MAX_RULE_DEPTH; d++)
+		/* Marked, so user space counts it as deep_reason() would. */
+		s->early.frames[0] = TD_NO_FRAMES;
+		for (__u32 d = 1; d < TD_MAX_RULE_DEPTH; d++)
 			s->early.frames[d] = 0;
 	}
 	if (count_in(&early, &s->early))

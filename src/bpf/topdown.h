@@ -55,6 +55,12 @@ enum td_abi {
 	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
 	TD_MAX_CPUS = 8192,
 	TD_MAX_PIDS = 64,		/* processes a --pid filter can name */
+	/*
+	 * Not a kernel address. As an early key's first frame: the unwind
+	 * found no caller, so no frames were kept. As the self-test's first
+	 * frame above the caller: its synthetic unwind fails.
+	 */
+	TD_NO_FRAMES = 1,
 };
 
 /* No process: what an exited process of the pid filter becomes. */

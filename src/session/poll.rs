@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use crate::bpf::abi::{self, Pending, PerCpu, Stats, EARLY_KEY_WORDS, NR_SLOTS};
+use crate::bpf::abi::{self, Pending, PerCpu, Stat, Stats, EARLY_KEY_WORDS, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -23,6 +23,8 @@ pub(crate) struct Poller {
     /// the slot each key (return address and frames) was given.
     early: Pending,
     early_slots: HashMap<[u64; EARLY_KEY_WORDS], u32>,
+    /// Calls among those from a deeper-frame caller whose unwind failed.
+    early_unwind_failed: u64,
     /// The counter array last read, summed over the CPUs.
     summed: Vec<u64>,
 }
@@ -55,6 +57,7 @@ impl Poller {
                 None => resolve(maps, ksyms, mapper, src.as_deref_mut(), ret),
             }
         })?;
+        self.early_unwind_failed = mapper.deep.unwind_failures(&self.early);
         Ok(totals)
     }
 
@@ -78,9 +81,12 @@ impl Poller {
     }
 
     /// The statistics from the `stats` map's per-CPU values and the
-    /// counter array last summed. No kernel: `stats` reads the map.
+    /// counter array last summed, with the failed unwinds of the calls
+    /// before the rules. No kernel: `stats` reads the map.
     pub(crate) fn stats_of(&self, rare: &PerCpu) -> Stats {
-        Stats::from_percpu(rare, &self.summed)
+        let mut s = Stats::from_percpu(rare, &self.summed);
+        s.add(Stat::TD_STAT_DEEP_UNWIND_FAILED, self.early_unwind_failed);
+        s
     }
 
     /// Adds the counts the pending buffer holds to `totals`, each under its
@@ -202,15 +208,19 @@ ffffffff81003000 T end_of_text
             words: [cpu.clone(), cpu].concat(),
         };
         assert_eq!(poller.slots()[FIRST_REASON as usize], 8);
-        let mut rare = vec![0u64; Stat::TD_STAT_OWN_CALLS.0 as usize + 1];
+        let mut rare = vec![0u64; Stat::TD_NR_STATS.0 as usize];
         rare[Stat::TD_STAT_OWN_CALLS.0 as usize] = 5;
+        rare[Stat::TD_STAT_DEEP_UNWIND_FAILED.0 as usize] = 1;
         let rare = PerCpu {
             stride: rare.len(),
             words: rare,
         };
+        // The early table's failed unwinds join the BPF side's.
+        poller.early_unwind_failed = 2;
         let s = poller.stats_of(&rare);
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 5);
+        assert_eq!(s.get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 3);
     }
 
     #[test]
