@@ -419,15 +419,24 @@ fn calls_before_the_rules_are_kept_with_their_frames_and_agree_after() {
     }
 }
 
-fn calls_before_the_rules(loop_helper: bool) {
-    let mut storage = MaybeUninit::uninit();
+/// The self-test program for deep_tables() with the rules not filled in
+/// yet, as in the moments after attaching; and the rules, for set_deep.
+fn load_before_the_rules(
+    storage: &mut MaybeUninit<libbpf_rs::OpenObject>,
+    loop_helper: bool,
+) -> (Probe<'_>, Deep) {
     let deep = deep_tables();
     let config = Config {
         func_addr: FUNC,
         deep_depth: deep.depth(),
         ..Config::default()
     };
-    let p = load_walking_rules(&mut storage, &config, loop_helper);
+    (load_walking_rules(storage, &config, loop_helper), deep)
+}
+
+fn calls_before_the_rules(loop_helper: bool) {
+    let mut storage = MaybeUninit::uninit();
+    let (p, deep) = load_before_the_rules(&mut storage, loop_helper);
     let want = run_deep_cases(&p);
     let plain = B + 0x9010;
     p.test_count_stack(&[plain, B + 0x5010], 3);
@@ -478,13 +487,7 @@ fn calls_before_the_rules(loop_helper: bool) {
 #[test]
 fn unwind_failures_count_the_same_before_and_after_the_rules() {
     let mut storage = MaybeUninit::uninit();
-    let deep = deep_tables();
-    let config = Config {
-        func_addr: FUNC,
-        deep_depth: deep.depth(),
-        ..Config::default()
-    };
-    let p = load_walking_rules(&mut storage, &config, true);
+    let (p, deep) = load_before_the_rules(&mut storage, true);
     let failed = |p: &Probe<'_>| {
         p.maps()
             .stats()
