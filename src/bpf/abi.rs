@@ -83,6 +83,12 @@ pub(crate) struct DeepRule {
     pub(crate) depth: u32,
 }
 
+/// Whether return address `ret` lies in the function at [lo, hi): -1, as a
+/// call can be a function's last instruction.
+fn returns_into(lo: u64, hi: u64, ret: u64) -> bool {
+    (lo..hi).contains(&ret.wrapping_sub(1))
+}
+
 /// The deeper-frame rules: caller ranges, each with its slice of `rules`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Deep {
@@ -127,12 +133,7 @@ impl Deep {
     /// None where `ret` is in no deeper-frame caller. For the calls counted
     /// before the tables were ready.
     pub(crate) fn slot(&self, ret: u64, frames: &[u64]) -> Option<u32> {
-        let inside = |lo: u64, hi: u64, a: u64| (lo..hi).contains(&a.wrapping_sub(1));
-        let c = self
-            .callers
-            .iter()
-            .take(MAX_DEEP_CALLERS)
-            .find(|c| inside(c.lo, c.hi, ret))?;
+        let c = self.caller(ret)?;
         // The unwind found no caller: deep_reason() falls back to the caller's own.
         if frames.first() == Some(&NO_FRAMES) {
             return Some(c.reason);
@@ -142,12 +143,21 @@ impl Deep {
         for r in rules.skip(first).take(c.rule_count as usize) {
             let depth = r.depth.min(MAX_RULE_DEPTH) as usize;
             // A zero frame ends the stack.
-            let above = frames.iter().take(depth).take_while(|&&ip| ip != 0);
-            if above.into_iter().any(|&ip| inside(r.lo, r.hi, ip)) {
+            let mut above = frames.iter().take(depth).take_while(|&&ip| ip != 0);
+            if above.any(|&ip| returns_into(r.lo, r.hi, ip)) {
                 return Some(r.reason);
             }
         }
         Some(c.reason)
+    }
+
+    /// The deeper-frame caller `ret` returns into, as deep_caller() in
+    /// topdown.bpf.c finds it.
+    fn caller(&self, ret: u64) -> Option<&DeepCaller> {
+        self.callers
+            .iter()
+            .take(MAX_DEEP_CALLERS)
+            .find(|c| returns_into(c.lo, c.hi, ret))
     }
 
     /// The calls in the early table from a deeper-frame caller whose
@@ -157,7 +167,7 @@ impl Deep {
     pub(crate) fn unwind_failures(&self, early: &Pending) -> u64 {
         early
             .entries()
-            .filter(|(key, _)| key.get(1) == Some(&NO_FRAMES) && self.slot(key[0], &[]).is_some())
+            .filter(|(key, _)| key.get(1) == Some(&NO_FRAMES) && self.caller(key[0]).is_some())
             .map(|(_, n)| n)
             .sum()
     }
