@@ -472,9 +472,8 @@ fn calls_before_the_rules(loop_helper: bool) {
     p.test_count_stack(&[plain], 2);
     let mut after = abi::Pending::default();
     p.maps().read_early(&mut after).unwrap();
-    let before: Vec<_> = early.entries().map(|(k, n)| (k.to_vec(), n)).collect();
+    let mut before: Vec<_> = early.entries().map(|(k, n)| (k.to_vec(), n)).collect();
     let mut now: Vec<_> = after.entries().map(|(k, n)| (k.to_vec(), n)).collect();
-    let mut before = before;
     before.sort();
     now.sort();
     assert_eq!(now, before);

@@ -105,7 +105,7 @@ struct td_scratch {
 	 * are read without a bounds test (see frames_above).
 	 */
 	__u64 ips[TD_UNWIND_FRAMES + TD_MAX_RULE_DEPTH];
-	__s32 caller;		/* the caller's index in ips (see deep_reason) */
+	__s32 caller;		/* the caller's index in ips (see caller_index) */
 	__s32 deep_caller;	/* its index in deep.callers (see deep_reason) */
 	struct td_early_key early;
 };

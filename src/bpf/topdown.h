@@ -188,8 +188,8 @@ struct td_deep {
 /*
  * A call counted before the rules were ready, from a site not resolved
  * yet: the caller's return address and the frames above it (zeros past
- * cfg.deep_depth, past the end of the stack, or all of them where the
- * unwind found no caller), for user space to apply the rules to.
+ * cfg.deep_depth or past the end of the stack; TD_NO_FRAMES, then zeros,
+ * where the unwind found no caller), for user space to apply the rules to.
  */
 struct td_early_key {
 	__u64 ret;
