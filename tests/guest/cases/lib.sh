@@ -129,6 +129,17 @@ wait_line() {
 	done
 }
 
+# thp_start ARGS...: start "thp ARGS" in the background (output to $TD_TMP/thp.out, pid
+# in $thp_pid) and wait for its "thp: ready" (its THP faults done). The previous run's
+# line must not be taken for this one's: the background shell may not have truncated
+# the file yet when the wait begins.
+thp_start() {
+	rm -f "$TD_TMP/thp.out"
+	thp "$@" >"$TD_TMP/thp.out" 2>&1 &
+	thp_pid=$!
+	wait_line "$TD_TMP/thp.out" "thp: ready"
+}
+
 # td_start ARGS...: start "topdown ARGS --json" in the background (stdout to $TD_OUT,
 # stderr to $TD_ERR, pid in $TD_PID) and wait until it has attached.
 td_start() {

@@ -53,7 +53,8 @@ free_mb() { awk '$1 == "MemFree:" { print int($2 / 1024) }' /proc/meminfo; }
 hog_start() {
 	_cg=$1
 	shift
-	rm -f "$TD_TMP/go"
+	# The previous memhog's "ready" and "done" must not be taken for this one's.
+	rm -f "$TD_TMP/go" "$TD_TMP/hog.out"
 	if [ "$_cg" = - ]; then
 		memhog "$@" -g "$TD_TMP/go" >"$TD_TMP/hog.out" 2>&1 &
 	else

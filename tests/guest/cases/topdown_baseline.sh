@@ -19,9 +19,7 @@ field() {
 # unmaps ARGS...: the baseline's workload, N half munmaps 25 ms apart with their THP
 # faults made before USR1, while "$@" runs.
 unmaps() {
-	thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 25 >"$TD_TMP/thp.out" 2>&1 &
-	thp_pid=$!
-	wait_line "$TD_TMP/thp.out" "thp: ready"
+	thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 25
 	"$@"
 	kill -USR1 $thp_pid
 	wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"

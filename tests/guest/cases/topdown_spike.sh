@@ -16,10 +16,7 @@ N=100 GAP=4
 # burst ARGS...: THP faults first (before topdown starts: quiet), then topdown ARGS,
 # then N half unmaps GAP ms apart, stamped; stops topdown 1 s after the burst.
 burst() {
-	thp --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP --stamps "$TD_TMP/stamps" \
-		>"$TD_TMP/thp.out" 2>&1 &
-	thp_pid=$!
-	wait_line "$TD_TMP/thp.out" "thp: ready"
+	thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP --stamps "$TD_TMP/stamps"
 	td_start deferred_split_folio "$@"
 	sleep 1.5
 	kill -USR1 $thp_pid
@@ -55,9 +52,7 @@ for i in 1 10; do
 done
 
 # 2. ZAP's burst, then 3 s later a burst of THP faults.
-thp --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP >"$TD_TMP/thp.out" 2>&1 &
-thp_pid=$!
-wait_line "$TD_TMP/thp.out" "thp: ready"
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP
 td_start deferred_split_folio -i 1
 sleep 1.5
 kill -USR1 $thp_pid

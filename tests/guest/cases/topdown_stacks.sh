@@ -14,9 +14,7 @@ first_frames() {
 
 # 1. Automatic: the faults happen before topdown starts; then 40 half-unmaps, 50 ms apart.
 N=40
-thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
-thp_pid=$!
-wait_line "$TD_TMP/thp.out" "thp: ready"
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50
 td_start deferred_split_folio -i 0.5 --min-rate 5 --min-events 3 --folded "$TD_TMP/folded"
 kill -USR1 $thp_pid
 wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
@@ -57,9 +55,7 @@ expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stac
 # is captured; then the half-unmaps alone, and capture moves to ZAP. The summary has the
 # stacks of both, in that order.
 td_start deferred_split_folio -i 0.5 --min-rate 5 --min-events 3
-thp --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 >"$TD_TMP/thp.out" 2>&1 &
-thp_pid=$!
-wait_line "$TD_TMP/thp.out" "thp: ready"
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50
 sleep 1.5
 kill -USR1 $thp_pid
 wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
