@@ -173,6 +173,16 @@ impl Deep {
     }
 }
 
+/// The counting path built for these settings (`td_path`): the common
+/// ones load none of the switches on every call.
+fn path(filtered: bool, verify_caller: bool, stacks: bool) -> types::td_path {
+    match (filtered || verify_caller, stacks) {
+        (true, _) => types::td_path::TD_PATH_ANY,
+        (false, false) => types::td_path::TD_PATH_PLAIN,
+        (false, true) => types::td_path::TD_PATH_GATE,
+    }
+}
+
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
@@ -211,6 +221,7 @@ impl Config {
         dst.filter_cgroup = f.cgroup.is_some().into();
         dst.filter_cpus = f.cpus.is_some().into();
         dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus != 0).into();
+        dst.path = path(dst.filtered != 0, self.verify_caller, self.stacks).0 as u8;
         dst.cpus = [0; MAX_CPUS as usize / 64];
         for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
             dst.cpus[c as usize / 64] |= 1 << (c % 64);
@@ -698,6 +709,37 @@ mod tests {
         );
         assert_eq!(pid_dropped(&d, 9), None);
         assert_eq!(pid_dropped(&v, 12), None);
+    }
+
+    #[test]
+    fn the_common_settings_get_counting_paths_of_their_own() {
+        let path_of = |c: Config| {
+            let mut dst = types::td_config::default();
+            c.write(&mut dst);
+            types::td_path(dst.path.into())
+        };
+        use types::td_path as p;
+        assert_eq!(path_of(Config::default()), p::TD_PATH_PLAIN);
+        let stacks = Config {
+            stacks: true,
+            ..Config::default()
+        };
+        assert_eq!(path_of(stacks.clone()), p::TD_PATH_GATE);
+        let verify = Config {
+            verify_caller: true,
+            ..stacks.clone()
+        };
+        assert_eq!(path_of(verify), p::TD_PATH_ANY);
+        let filtered = Config {
+            filter: Filter {
+                cpus: Some(vec![0]),
+                ..Filter::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(path_of(filtered), p::TD_PATH_ANY);
+        // A zeroed config is the path that reads every switch.
+        assert_eq!(p::TD_PATH_ANY.0, 0);
     }
 
     #[test]

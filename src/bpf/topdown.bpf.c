@@ -182,6 +182,7 @@ enum td_abi _td_abi = TD_NR_SLOTS;
 enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 enum td_no_pid _td_no_pid = TD_NO_PID;
+enum td_path _td_path = TD_PATH_ANY;
 struct td_pids _td_pids = {};
 struct td_early_key _td_early_key = {};
 
@@ -886,9 +887,9 @@ static __always_inline bool pid_listed(__u32 tgid)
  * that is off is a constant false in .rodata, so the verifier drops its
  * code: with no filter the counting path is as it was.
  */
-static __always_inline bool wanted(void)
+static __always_inline bool wanted(enum td_path path)
 {
-	if (!cfg.filtered)
+	if (path != TD_PATH_ANY || !cfg.filtered)
 		return true;
 	if (cfg.filter_cpus) {
 		/* inlined on x86 and arm64: a per-CPU load */
@@ -915,11 +916,16 @@ static __noinline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u
 		sample(ctx, c, ret, want);
 }
 
-static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
+/*
+ * Counts the call; with `gate` (a constant), also sends its stack if it is
+ * of stack reason `want`.
+ */
+static __always_inline void count_call(void *ctx, __u64 ret, enum td_kind kind,
+				       enum td_path path, bool gate, __u32 want)
 {
 	__u32 zero = 0;
 	struct td_counts *c = bpf_map_lookup_elem(&counts, &zero);
-	__u32 r, want;
+	__u32 r;
 
 	if (!c)
 		return;
@@ -928,35 +934,72 @@ static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind)
 		stat_inc(TD_STAT_OWN_CALLS);
 		return;
 	}
-	if (cfg.verify_caller)
+	if (path == TD_PATH_ANY && cfg.verify_caller)
 		verify(ctx, ret, kind);
 	r = cached_reason(ret);
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	else
 		r = count_uncached(ctx, c, ret, kind);
-	if (!cfg.stacks)
-		return;
-	/* Read once: user space may move capture meanwhile. */
-	want = *(volatile __u32 *)&ctl.reason;
-	if (want != TD_SLOT_NONE)
+	if (gate)
 		stack_gate(ctx, c, ret, r, want);
 }
+
+static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind, enum td_path path)
+{
+	__u32 want;
+
+	if (path == TD_PATH_PLAIN || (path == TD_PATH_ANY && !cfg.stacks)) {
+		count_call(ctx, ret, kind, path, false, 0);
+		return;
+	}
+	/*
+	 * Read once: user space may move capture meanwhile. With capture
+	 * off, the gate costs this load and no more.
+	 */
+	want = *(volatile __u32 *)&ctl.reason;
+	if (want == TD_SLOT_NONE)
+		count_call(ctx, ret, kind, path, false, 0);
+	else
+		count_call(ctx, ret, kind, path, true, want);
+}
+
+/*
+ * The counting path `path`, for a call whose caller's return address
+ * `caller` finds: filtered before the caller is looked for.
+ */
+#define COUNT_ON(path, caller, kind)                     \
+	do {                                             \
+		if (wanted(path))                        \
+			count(ctx, caller, kind, path); \
+	} while (0)
+
+/* One body per path: only the one cfg.path names is verified and run. */
+#define COUNT(caller, kind)                                    \
+	do {                                                   \
+		switch (cfg.path) {                            \
+		case TD_PATH_PLAIN:                            \
+			COUNT_ON(TD_PATH_PLAIN, caller, kind); \
+			break;                                 \
+		case TD_PATH_GATE:                             \
+			COUNT_ON(TD_PATH_GATE, caller, kind);  \
+			break;                                 \
+		default:                                       \
+			COUNT_ON(TD_PATH_ANY, caller, kind);   \
+		}                                              \
+	} while (0)
 
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	/* Filtered before the caller is looked for. */
-	if (wanted())
-		count(ctx, fentry_caller(ctx), TD_FENTRY);
+	COUNT(fentry_caller(ctx), TD_FENTRY);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	if (wanted())
-		count(ctx, kprobe_caller(ctx), TD_KPROBE);
+	COUNT(kprobe_caller(ctx), TD_KPROBE);
 	return 0;
 }
 
@@ -970,8 +1013,7 @@ int BPF_KPROBE(td_kprobe)
 SEC("raw_tp")
 int td_selftest(struct td_raw_tp_args *ctx)
 {
-	if (wanted())
-		count(ctx, ctx->args[0], TD_SELFTEST);
+	COUNT(ctx->args[0], TD_SELFTEST);
 	return 0;
 }
 

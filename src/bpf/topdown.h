@@ -135,6 +135,17 @@ struct td_rule {
 	__u32 depth;
 };
 
+/*
+ * The counting paths (cfg.path). The verifier knows .rodata and drops the
+ * code of a switch that is off, but not the load of the switch: the two
+ * common settings get paths of their own, which read cfg.path alone.
+ */
+enum td_path {
+	TD_PATH_ANY = 0,	/* reads filtered, verify_caller and stacks */
+	TD_PATH_PLAIN = 1,	/* all three off */
+	TD_PATH_GATE = 2,	/* stacks on, the other two off */
+};
+
 /* Everything the programs are given before load (frozen in .rodata). */
 struct td_config {
 	/* Self-test only: the traced function's entry (the programs ask the
@@ -167,7 +178,12 @@ struct td_config {
 	__u8 filtered;
 	/* bpf_loop (5.17) is there: the deeper-frame rules are walked with it. */
 	__u8 loop_helper;
-	__u8 pad[3];
+	/*
+	 * A td_path: the counting path built for these settings, so that a
+	 * switch that is off costs no load of it on every call.
+	 */
+	__u8 path;
+	__u8 pad[2];
 	__u64 cpus[TD_MAX_CPUS / 64];
 };
 
