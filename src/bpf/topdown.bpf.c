@@ -329,8 +329,10 @@ static __always_inline __u64 jmp_caller_at(void *ctx, __u32 i, __u64 func)
  * trampoline), when it is not where it was last time: a subprogram, so
  * that the common path stays short.
  */
-static __noinline __u64 fentry_caller_search(void *ctx, __u64 func, __u32 k)
+static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 {
+	/* read again: kept from the common path, it took a register there */
+	__u32 k = *(volatile __u32 *)&entry_word;
 	__u64 ret;
 
 #if defined(__TARGET_ARCH_x86)
@@ -375,26 +377,36 @@ static __noinline __u64 fentry_caller_search(void *ctx, __u64 func, __u32 k)
 static __always_inline __u64 fentry_caller(void *ctx)
 {
 	__u64 func = func_ip(ctx, TD_FENTRY), ret;
-	__u32 k = entry_word;
 
 	/* a jumped-to frame's word is the caller's, no entry address: searched */
-	ret = caller_at(ctx, k, func);
+	ret = caller_at(ctx, entry_word, func);
 	if (ret)
 		return ret;
-	return fentry_caller_search(ctx, func, k);
+	return fentry_caller_search(ctx, func);
+}
+
+/* The probe read: kept out of kprobe_caller, whose plain load clang would merge with it. */
+static __always_inline __u64 kprobe_ret_ip(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+
+	BPF_KPROBE_READ_RET_IP(ret, ctx);
+	barrier_var(ret);
+	return ret;
 }
 
 /* Under a kprobe at FUNC's entry the return address is where SP points (x86), or in LR. */
 static __always_inline __u64 kprobe_caller(struct pt_regs *ctx)
 {
-	__u64 ret = 0;
-
 #if defined(__TARGET_ARCH_x86)
+	/*
+	 * pt_regs is only the type to read through: its first word (r15) is
+	 * the one at SP, with no CO-RE offset to add.
+	 */
 	if (bpf_ksym_exists(bpf_rdonly_cast))
-		return bpf_core_cast((void *)PT_REGS_SP(ctx), struct pt_regs)->r15;
+		return *(__u64 *)bpf_core_cast((void *)PT_REGS_SP(ctx), struct pt_regs);
 #endif
-	BPF_KPROBE_READ_RET_IP(ret, ctx);
-	return ret;
+	return kprobe_ret_ip(ctx);
 }
 
 #if defined(__TARGET_ARCH_arm64)
@@ -924,16 +936,17 @@ static __always_inline void count_call(void *ctx, __u64 ret, enum td_kind kind,
 				       enum td_path path, bool gate, __u32 want)
 {
 	__u32 zero = 0;
-	struct td_counts *c = bpf_map_lookup_elem(&counts, &zero);
+	struct td_counts *c;
 	__u32 r;
 
-	if (!c)
-		return;
 	if (is_own_call()) {
 		/* Symbolizing reads files: don't count what we cause. */
 		stat_inc(TD_STAT_OWN_CALLS);
 		return;
 	}
+	c = bpf_map_lookup_elem(&counts, &zero);
+	if (!c)
+		return;
 	if (path == TD_PATH_ANY && cfg.verify_caller)
 		verify(ctx, ret, kind);
 	r = cached_reason(ret);
