@@ -978,42 +978,49 @@ static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind, enum 
 		count_call(ctx, ret, kind, path, true, want);
 }
 
-/*
- * The counting path `path`, for a call whose caller's return address
- * `caller` finds: filtered before the caller is looked for.
- */
-#define COUNT_ON(path, caller, kind)                     \
-	do {                                             \
-		if (wanted(path))                        \
-			count(ctx, caller, kind, path); \
-	} while (0)
+/* The caller's return address, where each kind of program finds it. */
+static __always_inline __u64 caller_of(void *ctx, enum td_kind kind)
+{
+	if (kind == TD_FENTRY)
+		return fentry_caller(ctx);
+	if (kind == TD_KPROBE)
+		return kprobe_caller(ctx);
+	return ((struct td_raw_tp_args *)ctx)->args[0];
+}
 
-/* One body per path: only the one cfg.path names is verified and run. */
-#define COUNT(caller, kind)                                    \
-	do {                                                   \
-		switch (cfg.path) {                            \
-		case TD_PATH_PLAIN:                            \
-			COUNT_ON(TD_PATH_PLAIN, caller, kind); \
-			break;                                 \
-		case TD_PATH_GATE:                             \
-			COUNT_ON(TD_PATH_GATE, caller, kind);  \
-			break;                                 \
-		default:                                       \
-			COUNT_ON(TD_PATH_ANY, caller, kind);   \
-		}                                              \
-	} while (0)
+/* The counting path `path`: filtered before the caller is looked for. */
+static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path path)
+{
+	if (wanted(path))
+		count(ctx, caller_of(ctx, kind), kind, path);
+}
+
+/* One copy per path: only the one cfg.path names is verified and run. */
+static __always_inline void count_by_path(void *ctx, enum td_kind kind)
+{
+	switch (cfg.path) {
+	case TD_PATH_PLAIN:
+		count_on(ctx, kind, TD_PATH_PLAIN);
+		break;
+	case TD_PATH_GATE:
+		count_on(ctx, kind, TD_PATH_GATE);
+		break;
+	default:
+		count_on(ctx, kind, TD_PATH_ANY);
+	}
+}
 
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	COUNT(fentry_caller(ctx), TD_FENTRY);
+	count_by_path(ctx, TD_FENTRY);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	COUNT(kprobe_caller(ctx), TD_KPROBE);
+	count_by_path(ctx, TD_KPROBE);
 	return 0;
 }
 
@@ -1027,7 +1034,7 @@ int BPF_KPROBE(td_kprobe)
 SEC("raw_tp")
 int td_selftest(struct td_raw_tp_args *ctx)
 {
-	COUNT(ctx->args[0], TD_SELFTEST);
+	count_by_path(ctx, TD_SELFTEST);
 	return 0;
 }
 
