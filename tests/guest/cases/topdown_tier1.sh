@@ -1,27 +1,31 @@
 # Tier 1, auto reasons: exact per-caller counts of deferred_split_folio for the THP
-# workload, in fentry and in kprobe mode, ended by SIGINT with exit status 0.
+# workload, in fentry and in kprobe mode, ended by SIGINT with exit status 0. Both
+# modes run with capture possible (the counting path with the stack gate); kprobe runs
+# again with --no-auto, where the path has no gate.
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
 thp_callers
 
 F=3 P=2 Q=2 C=2
-for mode in fentry kprobe; do
-	td_start deferred_split_folio --$mode --no-profile
+for run in fentry kprobe "kprobe --no-auto"; do
+	mode=${run%% *}
+	# shellcheck disable=SC2086 # the run's words are separate arguments
+	td_start deferred_split_folio --$run --no-profile
 	grep -q "deferred_split_folio with $mode" "$TD_ERR" || fail "header does not name $mode: $(cat "$TD_ERR")"
 	thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
 	td_stop INT
-	expect_eq "$mode: exit status" "$TD_RC" 0
-	expect_eq "$mode: $TD_THP_FAULT" "$(reason_count $TD_THP_FAULT)" $((F + P + Q))
-	expect_eq "$mode: folio_remove_rmap_ptes" "$(reason_count folio_remove_rmap_ptes)" $((P + Q))
-	expect_eq "$mode: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
-	expect_eq "$mode: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))
-	expect_eq "$mode: reasons" "$(reason_rows)" 3
-	expect_eq "$mode: caller not found" "$(summary_num caller_not_found)" 0
-	expect_eq "$mode: sites full" "$(summary_num sites_full)" 0
-	expect_eq "$mode: recursion misses" "$(summary_num recursion_misses)" 0
-	expect_eq "$mode: mode in summary" "$(summary_str mode)" $mode
-	expect_eq "$mode: phase" "$(summary_str phase)" counting
+	expect_eq "$run: exit status" "$TD_RC" 0
+	expect_eq "$run: $TD_THP_FAULT" "$(reason_count $TD_THP_FAULT)" $((F + P + Q))
+	expect_eq "$run: folio_remove_rmap_ptes" "$(reason_count folio_remove_rmap_ptes)" $((P + Q))
+	expect_eq "$run: collapse_huge_page" "$(reason_count collapse_huge_page)" $C
+	expect_eq "$run: total" "$(summary_num total)" $((F + 2 * P + 2 * Q + C))
+	expect_eq "$run: reasons" "$(reason_rows)" 3
+	expect_eq "$run: caller not found" "$(summary_num caller_not_found)" 0
+	expect_eq "$run: sites full" "$(summary_num sites_full)" 0
+	expect_eq "$run: recursion misses" "$(summary_num recursion_misses)" 0
+	expect_eq "$run: mode in summary" "$(summary_str mode)" $mode
+	expect_eq "$run: phase" "$(summary_str phase)" counting
 done
 
 # Past --max-reasons, callers share an OTHER row that names them; nothing is lost.
