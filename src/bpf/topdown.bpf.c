@@ -922,24 +922,39 @@ static __always_inline bool wanted(enum td_path path)
 
 /*
  * The stack gate, capture on: whether this call, of slot r (TD_SLOT_NONE:
- * pending), belongs to stack reason `want`, and then its stack.
+ * pending), belongs to stack reason `want`, and then its stack. It looks
+ * this CPU's counters up again, so that the counting path need not keep
+ * them in a register for it.
  */
-static __noinline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r, __u32 want)
+static __noinline void stack_gate(void *ctx, __u64 ret, __u32 r, __u32 want)
 {
-	if (r == want || (r == TD_SLOT_NONE && in_stack_ranges(ret, want)))
+	struct td_counts *c;
+
+	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want)))
+		return;
+	c = bpf_map_lookup_elem(&counts, &zero);
+	if (c)
 		sample(ctx, c, ret, want);
 }
 
 /*
  * Counts the call; with `gate` (a constant), also sends its stack if it is
- * of stack reason `want`.
+ * of the stack reason capture is on for. The new-site path is one call
+ * whatever the gate reads, so that the verifier walks it (and its
+ * deeper-frame rules) once, not once per state of the gate.
  */
 static __always_inline void count_call(void *ctx, __u64 ret, enum td_kind kind,
-				       enum td_path path, bool gate, __u32 want)
+				       enum td_path path, bool gate)
 {
 	struct td_counts *c;
-	__u32 r;
+	__u32 r, want = TD_SLOT_NONE;
 
+	/*
+	 * Read once: user space may move capture meanwhile. With capture
+	 * off, the gate costs this load and a compare.
+	 */
+	if (gate)
+		want = *(volatile __u32 *)&ctl.reason;
 	if (is_own_call()) {
 		/* Symbolizing reads files: don't count what we cause. */
 		stat_inc(TD_STAT_OWN_CALLS);
@@ -951,31 +966,24 @@ static __always_inline void count_call(void *ctx, __u64 ret, enum td_kind kind,
 	if (path == TD_PATH_ANY && cfg.verify_caller)
 		verify(ctx, ret, kind);
 	r = cached_reason(ret);
-	if (r != TD_SLOT_NONE)
+	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
-	else
+		if (!gate || want == TD_SLOT_NONE)
+			return;
+	} else {
 		r = count_uncached(ctx, c, ret, kind);
-	if (gate)
-		stack_gate(ctx, c, ret, r, want);
+		if (!gate || want == TD_SLOT_NONE)
+			return;
+	}
+	stack_gate(ctx, ret, r, want);
 }
 
 static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind, enum td_path path)
 {
-	__u32 want;
-
-	if (path == TD_PATH_PLAIN || (path == TD_PATH_ANY && !cfg.stacks)) {
-		count_call(ctx, ret, kind, path, false, 0);
-		return;
-	}
-	/*
-	 * Read once: user space may move capture meanwhile. With capture
-	 * off, the gate costs this load and no more.
-	 */
-	want = *(volatile __u32 *)&ctl.reason;
-	if (want == TD_SLOT_NONE)
-		count_call(ctx, ret, kind, path, false, 0);
+	if (path == TD_PATH_PLAIN || (path == TD_PATH_ANY && !cfg.stacks))
+		count_call(ctx, ret, kind, path, false);
 	else
-		count_call(ctx, ret, kind, path, true, want);
+		count_call(ctx, ret, kind, path, true);
 }
 
 /* The caller's return address, where each kind of program finds it. */
