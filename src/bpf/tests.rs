@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{
-    self, Config, Deep, DeepCaller, DeepRule, StackStat, Stat, SLOT_NONE, SLOT_NOT_FOUND,
+    self, Config, Deep, DeepCaller, DeepRule, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE,
+    SLOT_NOT_FOUND,
 };
 use crate::bpf::maps::publish;
 use crate::bpf::probe::selftest;
@@ -650,4 +651,57 @@ fn capture_on_not_found_samples_only_calls_without_a_caller() {
     drop(rb);
     assert_eq!(samples.into_inner(), vec![(0, SLOT_NOT_FOUND); 3]);
     assert_eq!(p.maps().counts().unwrap()[SLOT_NOT_FOUND as usize], 3);
+}
+
+/// A pending site is captured when it lies in one of the stack reason's
+/// caller ranges, the last of a full table included; with the ranges walked
+/// by bpf_loop and unrolled as on a kernel before 5.17.
+#[test]
+fn pending_sites_are_captured_by_their_reasons_caller_ranges() {
+    for loop_helper in [false, true] {
+        captured_by_ranges(loop_helper);
+    }
+}
+
+fn captured_by_ranges(loop_helper: bool) {
+    const R: u32 = 2;
+    let resolved = 0xffffffff81000010; // resolved: slot R
+    let other = 0xffffffff81000020; // resolved: slot R + 1
+    let in_last = 0xffffffff81020010; // pending, in the last range
+    let outside = 0xffffffff81100010; // pending, in no range
+    let mut storage = MaybeUninit::uninit();
+    let config = Config {
+        func_addr: FUNC,
+        sample_every: 1,
+        stack_frames: 1,
+        stacks: true,
+        ..Config::default()
+    };
+    let p = load_walking_rules(&mut storage, &config, loop_helper);
+    p.maps().add_site(resolved, R).unwrap();
+    p.maps().add_site(other, R + 1).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    let ranges: Vec<(u64, u64)> = (0..MAX_STACK_RANGES as u64)
+        .map(|i| {
+            (
+                0xffffffff81001000 + i * 0x1000,
+                0xffffffff81001800 + i * 0x1000,
+            )
+        })
+        .collect();
+    assert!(ranges[MAX_STACK_RANGES - 1].0 < in_last && in_last < ranges[MAX_STACK_RANGES - 1].1);
+    p.maps().capture(R, &ranges).unwrap();
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.maps().samples().unwrap();
+    let rb = sample_ring(&map, &samples);
+    for site in [resolved, other, in_last, outside] {
+        p.test_count(site, 2);
+    }
+    rb.consume().unwrap();
+    drop(rb);
+    assert_eq!(
+        samples.into_inner(),
+        vec![(resolved, R), (resolved, R), (in_last, R), (in_last, R)],
+        "bpf_loop: {loop_helper}"
+    );
 }

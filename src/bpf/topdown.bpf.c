@@ -457,6 +457,25 @@ static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, 
 }
 #endif
 
+/* What bpf_loop's body sees of the search for FUNC's entry frame. */
+struct td_frame_walk {
+	struct td_scratch *s;
+	__u64 func;
+	long n;
+	__s32 at;
+};
+
+/* bpf_loop's body: frame i; 1 (stop) at the first in FUNC's entry. */
+static long entry_frame_step(__u32 i, struct td_frame_walk *w)
+{
+	if (i >= TD_UNWIND_FRAMES - 1 || i + 1 >= w->n)
+		return 1;
+	if (!in_entry(w->s->ips[i], w->func))
+		return 0;
+	w->at = i;
+	return 1;
+}
+
 /*
  * The expensive way: a full unwind.  Returns the index of the caller's
  * frame in s->ips, or -1: the frame above FUNC's entry frame, or, where
@@ -473,11 +492,20 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 	if (n <= 0)
 		return -1;
 	n /= 8;
-	for (int i = 0; i < TD_UNWIND_FRAMES - 1; i++) {
-		if (i + 1 >= n)
-			break;
-		if (in_entry(s->ips[i], func))
-			return entry_caller(ctx, s, i, func);
+	if (cfg.loop_helper) {
+		/* the body verified once, not once per frame */
+		struct td_frame_walk w = { .s = s, .func = func, .n = n, .at = -1 };
+
+		bpf_loop(TD_UNWIND_FRAMES - 1, entry_frame_step, &w, 0);
+		if (w.at >= 0)
+			return entry_caller(ctx, s, w.at & (TD_UNWIND_FRAMES - 1), func);
+	} else {
+		for (int i = 0; i < TD_UNWIND_FRAMES - 1; i++) {
+			if (i + 1 >= n)
+				break;
+			if (in_entry(s->ips[i], func))
+				return entry_caller(ctx, s, i, func);
+		}
 	}
 	for (int i = 0; i < 4; i++) {
 		if (i >= n)
@@ -806,6 +834,25 @@ static __always_inline bool is_own_call(void)
 	return own && bpf_get_current_pid_tgid() >> 32 == own;
 }
 
+/* What bpf_loop's body sees of the search for a stack reason's range. */
+struct td_range_walk {
+	__u64 ret;
+	__u32 want;
+	__u32 found;
+};
+
+/* bpf_loop's body: range i; 1 (stop) once it holds the call. */
+static long range_step(__u32 i, struct td_range_walk *w)
+{
+	if (i >= TD_MAX_STACK_RANGES)
+		return 1;
+	if (ctl.ranges[i].reason != w->want || w->ret - 1 < ctl.ranges[i].lo ||
+	    w->ret - 1 >= ctl.ranges[i].hi)
+		return 0;
+	w->found = 1;
+	return 1;
+}
+
 /*
  * Whether a call from a site not resolved yet belongs to stack reason
  * `want`: it lies in one of that reason's caller ranges. Ranges carry their
@@ -816,6 +863,12 @@ static __always_inline bool in_stack_ranges(__u64 ret, __u32 want)
 {
 	__u32 nr = *(volatile __u32 *)&ctl.nr_ranges;
 
+	if (cfg.loop_helper) {
+		struct td_range_walk w = { .ret = ret, .want = want };
+
+		bpf_loop(nr < TD_MAX_STACK_RANGES ? nr : TD_MAX_STACK_RANGES, range_step, &w, 0);
+		return w.found;
+	}
 	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
 		if (i >= nr)
 			break;
