@@ -518,6 +518,17 @@ fn unwind_failures_count_the_same_before_and_after_the_rules() {
     assert_eq!(failed(&p), 4);
 }
 
+/// Stacks on, every matched call sampled, one frame each.
+fn capture_config() -> Config {
+    Config {
+        func_addr: FUNC,
+        sample_every: 1,
+        stack_frames: 1,
+        stacks: true,
+        ..Config::default()
+    }
+}
+
 /// A ring buffer on `map` that keeps each sample's caller and reason in
 /// `out`.
 fn sample_ring<'a>(
@@ -547,13 +558,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     let site_b = 0xffffffff81001010; // pending, inside B's caller range
     let b_range = (0xffffffff81001000, 0xffffffff81002000);
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
-        func_addr: FUNC,
-        sample_every: 1,
-        stack_frames: 1,
-        stacks: true,
-        ..Config::default()
-    };
+    let config = capture_config();
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
     p.maps().refill(u64::MAX).unwrap();
@@ -630,13 +635,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
 fn capture_on_not_found_samples_only_calls_without_a_caller() {
     let site = 0xffffffff81000010;
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
-        func_addr: FUNC,
-        sample_every: 1,
-        stack_frames: 1,
-        stacks: true,
-        ..Config::default()
-    };
+    let config = capture_config();
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site, 2).unwrap();
     p.maps().refill(u64::MAX).unwrap();
@@ -670,13 +669,7 @@ fn captured_by_ranges(loop_helper: bool) {
     let in_last = 0xffffffff81020010; // pending, in the last range
     let outside = 0xffffffff81100010; // pending, in no range
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
-        func_addr: FUNC,
-        sample_every: 1,
-        stack_frames: 1,
-        stacks: true,
-        ..Config::default()
-    };
+    let config = capture_config();
     let p = load_walking_rules(&mut storage, &config, loop_helper);
     p.maps().add_site(resolved, R).unwrap();
     p.maps().add_site(other, R + 1).unwrap();
