@@ -54,12 +54,13 @@ __u64 site_cache[TD_SITE_CACHE];
 
 /*
  * Where the first calls found FUNC's entry address among the words above
- * ctx (fentry); the caller's return address is a fixed step further. A
+ * ctx (fentry), as a byte offset from ctx (the common path then has no
+ * shift to make); the caller's return address is a fixed step further. A
  * trampoline rebuilt with another layout (an fexit program added) makes
  * the next call search again. Shared by the CPUs: a race only repeats a
  * search.
  */
-__u32 entry_word;
+__u32 entry_off;
 
 /* The deeper-frame rules; see td_deep. */
 struct td_deep deep;
@@ -215,8 +216,8 @@ static __always_inline bool in_entry(__u64 ip, __u64 func)
 }
 
 /*
- * Words of the trampoline frame from index i (0: the first argument at
- * ctx). Where the kernel has bpf_rdonly_cast (6.2 and later) these are
+ * Words of the trampoline frame from byte offset off (0: the first argument
+ * at ctx). Where the kernel has bpf_rdonly_cast (6.2 and later) these are
  * plain loads it guards, reading 0 where nothing is mapped; elsewhere one
  * probe read, of just these words (a long read could run off the top of an
  * interrupt stack and fail).
@@ -229,9 +230,12 @@ static __always_inline bool in_entry(__u64 ip, __u64 func)
 #define TD_CALLER_STEP 1
 #endif
 
-static __always_inline bool frame_words(void *ctx, __u32 i, __u64 w[TD_FRAME_WORDS])
+/* The byte offsets from ctx of the words searched: 0 to TD_SCAN_SLOTS - 1. */
+#define TD_WORD_OFFSETS ((TD_SCAN_SLOTS - 1) * 8)
+
+static __always_inline bool frame_words(void *ctx, __u32 off, __u64 w[TD_FRAME_WORDS])
 {
-	void *at = (__u64 *)ctx + (i & (TD_SCAN_SLOTS - 1));
+	void *at = ctx + (off & TD_WORD_OFFSETS);
 
 	if (bpf_ksym_exists(bpf_rdonly_cast)) {
 		struct pt_regs *r = bpf_core_cast(at, struct pt_regs);
@@ -251,8 +255,8 @@ static __always_inline bool frame_words(void *ctx, __u32 i, __u64 w[TD_FRAME_WOR
 }
 
 /*
- * Whether word i holds FUNC's entry address, and then the caller's return
- * address. x86: the trampoline was called from FUNC's entry, so FUNC+5
+ * Whether the word at byte offset off holds FUNC's entry address, and then
+ * the caller's return address. x86: the trampoline was called from FUNC's entry, so FUNC+5
  * (FUNC+9 behind IBT) is the word right below the caller's return address.
  * arm64: FUNC's patched entry is "mov x9, x30; bl <trampoline>", and the
  * trampoline pushes two frame records, {FP, x9 = the caller's return
@@ -262,27 +266,26 @@ static __always_inline bool frame_words(void *ctx, __u32 i, __u64 w[TD_FRAME_WOR
  * before the programs run (a stale FUNC+8 can be there), the entry word
  * must be in the frame record whose FP points at the parent record.
  */
-static __always_inline __u64 caller_at(void *ctx, __u32 i, __u64 func)
+static __always_inline __u64 caller_at(void *ctx, __u32 off, __u64 func)
 {
 #if defined(__TARGET_ARCH_arm64)
 	__u64 w[TD_FRAME_WORDS];
 
-	if (i == 0 || !frame_words(ctx, i - 1, w))
+	if (off < 8 || !frame_words(ctx, off - 8, w))
 		return 0;
-	if (!in_entry(w[1], func) || w[0] != (__u64)ctx + (i + 1) * 8)
+	if (!in_entry(w[1], func) || w[0] != (__u64)ctx + off + 8)
 		return 0;
 	return w[3];
 #else
 	if (bpf_ksym_exists(bpf_rdonly_cast)) {
 		/* two plain loads: the common path under fentry */
-		struct pt_regs *r =
-			bpf_core_cast((__u64 *)ctx + (i & (TD_SCAN_SLOTS - 1)), struct pt_regs);
+		struct pt_regs *r = bpf_core_cast(ctx + (off & TD_WORD_OFFSETS), struct pt_regs);
 
 		return in_entry(r->r15, func) ? r->r14 : 0;
 	} else {
 		__u64 w[TD_FRAME_WORDS];
 
-		if (!frame_words(ctx, i, w) || !in_entry(w[0], func))
+		if (!frame_words(ctx, off, w) || !in_entry(w[0], func))
 			return 0;
 		return w[1];
 	}
@@ -317,18 +320,19 @@ static __always_inline bool called_from(__u64 ret, __u64 func)
  * return-value slot: word nr_args + 2. Searched around there, and taken
  * only if it follows a call instruction.
  */
-static __always_inline __u64 jmp_caller_at(void *ctx, __u32 i, __u64 func)
+static __always_inline __u64 jmp_caller_at(void *ctx, __u32 off, __u64 func)
 {
 	__u64 w[TD_FRAME_WORDS];
 
-	if (!frame_words(ctx, i, w) || w[0] < 0xffff000000000000ULL || !called_from(w[0], func))
+	if (!frame_words(ctx, off, w) || w[0] < 0xffff000000000000ULL || !called_from(w[0], func))
 		return 0;
 	return w[0];
 }
 #endif
 
-/* entry_word with this bit set: a jumped-to trampoline, the caller at the word. */
+/* entry_off with this bit set: a jumped-to trampoline, the caller at the word. */
 #define TD_JMP_FRAME 0x80
+_Static_assert(TD_JMP_FRAME > TD_WORD_OFFSETS, "TD_JMP_FRAME is apart from the offsets");
 
 /*
  * The search for FUNC's entry word among the words above ctx (their number
@@ -338,21 +342,22 @@ static __always_inline __u64 jmp_caller_at(void *ctx, __u32 i, __u64 func)
  */
 static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 {
-	/* read again: kept from the common path, it took a register there */
-	__u32 k = *(volatile __u32 *)&entry_word;
 	__u64 ret;
 
 #if defined(__TARGET_ARCH_x86)
+	/* read again: kept from the common path, it took a register there */
+	__u32 k = *(volatile __u32 *)&entry_off;
+
 	if (k & TD_JMP_FRAME) {
-		ret = jmp_caller_at(ctx, k & (TD_SCAN_SLOTS - 1), func);
+		ret = jmp_caller_at(ctx, k & TD_WORD_OFFSETS, func);
 		if (ret)
 			return ret;
 	}
 #endif
 	for (__u32 i = 0; i < TD_SCAN_SLOTS - TD_CALLER_STEP; i++) {
-		ret = caller_at(ctx, i, func);
+		ret = caller_at(ctx, i * 8, func);
 		if (ret) {
-			entry_word = i;
+			entry_off = i * 8;
 			return ret;
 		}
 	}
@@ -366,9 +371,9 @@ static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 
 			if (i >= TD_SCAN_SLOTS)
 				break;
-			ret = jmp_caller_at(ctx, i, func);
+			ret = jmp_caller_at(ctx, i * 8, func);
 			if (ret) {
-				entry_word = TD_JMP_FRAME | i;
+				entry_off = TD_JMP_FRAME | i * 8;
 				return ret;
 			}
 		}
@@ -386,7 +391,7 @@ static __always_inline __u64 fentry_caller(void *ctx)
 	__u64 func = func_ip(ctx, TD_FENTRY), ret;
 
 	/* a jumped-to frame's word is the caller's, no entry address: searched */
-	ret = caller_at(ctx, entry_word, func);
+	ret = caller_at(ctx, entry_off, func);
 	if (ret)
 		return ret;
 	return fentry_caller_search(ctx, func);
