@@ -22,6 +22,12 @@ pub(crate) const PINNED_MAPS: [&str; 10] = [
     "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data", "bss",
 ];
 
+/// The system's page size: the unit of mappings and of BPF ring buffers.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
+}
+
 /// A global-data map (.data, .bss) mapped into this process: the BPF side
 /// reads and writes the same memory directly.
 struct Section<T> {
@@ -31,8 +37,7 @@ struct Section<T> {
 
 impl<T> Section<T> {
     fn map(map: &MapHandle, what: &str) -> Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let page = page_size();
         let len = std::mem::size_of::<T>().div_ceil(page) * page;
         // SAFETY: mapping a BPF array map's fd (created mmapable by libbpf
         // for global data) shared, at offset 0, for the size of its value.

@@ -9,7 +9,7 @@ use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 
 use crate::bpf::abi::{self, Config, SLOT_NONE};
-use crate::bpf::maps::Maps;
+use crate::bpf::maps::{self, Maps};
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
@@ -177,6 +177,15 @@ fn open_for<'obj>(
             .early
             .set_max_entries(1)
             .map_err(|e| Error::bpf("sizing the early table", e))?;
+    }
+    // A run that can never capture has the stack gate compiled out: its
+    // ring buffer need not hold 4 MiB of kernel memory, nor take the time
+    // to set them up (about 9 ms of an emulated start-up).
+    if !config.stacks {
+        open.maps
+            .samples
+            .set_max_entries(maps::page_size() as u32)
+            .map_err(|e| Error::bpf("sizing the stack ring buffer", e))?;
     }
     if let Some(deep) = &config.deep {
         let bss = open

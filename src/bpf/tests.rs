@@ -8,13 +8,13 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{MapHandle, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{
     self, Config, Deep, DeepCaller, DeepRule, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE,
     SLOT_NOT_FOUND,
 };
-use crate::bpf::maps::publish;
+use crate::bpf::maps::{page_size, publish};
 use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
 use crate::bpf::skel::types::td_sample;
@@ -527,6 +527,27 @@ fn capture_config() -> Config {
         stacks: true,
         ..Config::default()
     }
+}
+
+/// The stack ring buffer's size as the kernel made it, for a run with
+/// `config`.
+fn ring_bytes(config: &Config) -> u32 {
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, config);
+    let ring = p.maps().samples().expect("the sample ring buffer");
+    ring.max_entries()
+}
+
+/// A run that can never capture gets a ring buffer of one page; one that
+/// can, the object's full 4 MiB.
+#[test]
+fn the_stack_ring_is_one_page_where_nothing_can_be_captured() {
+    let off = Config {
+        func_addr: FUNC,
+        ..Config::default()
+    };
+    assert_eq!(ring_bytes(&off) as usize, page_size());
+    assert_eq!(ring_bytes(&capture_config()), 4 << 20);
 }
 
 /// A ring buffer on `map` that keeps each sample's caller and reason in
