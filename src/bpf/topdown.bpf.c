@@ -233,9 +233,15 @@ static __always_inline bool in_entry(__u64 ip, __u64 func)
 /* The byte offsets from ctx of the words searched: 0 to TD_SCAN_SLOTS - 1. */
 #define TD_WORD_OFFSETS ((TD_SCAN_SLOTS - 1) * 8)
 
+/* The address of the word at byte offset off, bounded to those searched. */
+static __always_inline void *frame_at(void *ctx, __u32 off)
+{
+	return ctx + (off & TD_WORD_OFFSETS);
+}
+
 static __always_inline bool frame_words(void *ctx, __u32 off, __u64 w[TD_FRAME_WORDS])
 {
-	void *at = ctx + (off & TD_WORD_OFFSETS);
+	void *at = frame_at(ctx, off);
 
 	if (bpf_ksym_exists(bpf_rdonly_cast)) {
 		struct pt_regs *r = bpf_core_cast(at, struct pt_regs);
@@ -256,8 +262,9 @@ static __always_inline bool frame_words(void *ctx, __u32 off, __u64 w[TD_FRAME_W
 
 /*
  * Whether the word at byte offset off holds FUNC's entry address, and then
- * the caller's return address. x86: the trampoline was called from FUNC's entry, so FUNC+5
- * (FUNC+9 behind IBT) is the word right below the caller's return address.
+ * the caller's return address. x86: the trampoline was called from FUNC's
+ * entry, so FUNC+5 (FUNC+9 behind IBT) is the word right below the caller's
+ * return address.
  * arm64: FUNC's patched entry is "mov x9, x30; bl <trampoline>", and the
  * trampoline pushes two frame records, {FP, x9 = the caller's return
  * address} for the parent, then {FP, LR = FUNC+8 (+12 behind a BTI)} for
@@ -279,7 +286,7 @@ static __always_inline __u64 caller_at(void *ctx, __u32 off, __u64 func)
 #else
 	if (bpf_ksym_exists(bpf_rdonly_cast)) {
 		/* two plain loads: the common path under fentry */
-		struct pt_regs *r = bpf_core_cast(ctx + (off & TD_WORD_OFFSETS), struct pt_regs);
+		struct pt_regs *r = bpf_core_cast(frame_at(ctx, off), struct pt_regs);
 
 		return in_entry(r->r15, func) ? r->r14 : 0;
 	} else {
