@@ -476,8 +476,10 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         .as_deref()
         .map(|name| mapper.stack_reason(&ksyms, name))
         .transpose()?;
-    // A reader killed earlier may have left capture on; and its samples.
+    // A reader killed earlier may have left capture on, and its samples;
+    // and its calls left out, which sends every call down the slow path.
     inst.probe.maps().capture(SLOT_NONE, &[])?;
+    inst.probe.maps().own(0);
     let stop = stop_on_signals()?;
     let meta = &inst.meta;
     let info = RunInfo {
@@ -579,11 +581,14 @@ fn snapshots(funcs: &[String]) -> Result<Vec<report::Pinned>> {
     for func in &names {
         let inst = pin::open(func)?;
         let mut mapper = pinned_mapper(&inst)?;
-        // No reader holds the lock but capture is on: one was killed.
+        // No reader holds the lock but capture is on, or a process's calls
+        // are left out: one was killed. Either sends every call down the
+        // counting program's slow path.
         if let Ok(Ok(_lock)) = pin::Lock::try_take(func) {
             if inst.probe.maps().capturing().is_some() {
                 inst.probe.maps().capture(SLOT_NONE, &[])?;
             }
+            inst.probe.maps().own(0);
         }
         let mut symbols = Symbols::new(inst.meta.vmlinux.clone(), false);
         if ksyms.is_none() && inst.probe.maps().unresolved()? {

@@ -29,6 +29,7 @@ pub(crate) const ENTRY_WINDOW: u64 = types::td_abi::TD_ENTRY_WINDOW.0 as u64;
 pub(crate) const SELFTEST_ARGS: usize = types::td_abi::TD_SELFTEST_ARGS.0 as usize;
 const NR_STATS: usize = types::td_stat::TD_NR_STATS.0 as usize;
 const SITE_SHIFT: u32 = types::td_abi::TD_SITE_SHIFT.0;
+const SLOT_SHIFT: u32 = types::td_abi::TD_SLOT_SHIFT.0;
 const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
 const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
 /// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
@@ -41,6 +42,8 @@ const _: () = assert!(size_of::<types::td_stats>() == NR_STATS * 8);
 const _: () = assert!(NR_SLOTS.is_power_of_two());
 // An empty site cache entry (0) reads as return address 0, not found.
 const _: () = assert!(SLOT_NOT_FOUND == 0);
+// Every slot's byte offset fits in the entry's bits from SITE_SHIFT up.
+const _: () = assert!(SLOT_SHIFT == SITE_SHIFT + 3 && NR_SLOTS <= 1 << (64 - SLOT_SHIFT));
 const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
 
 /// The site cache entry for `ret` in `slot`, and its index; None where the
@@ -56,11 +59,11 @@ pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
     } else {
         high
     };
-    if ret & named != named || u64::from(slot) >= 1 << (64 - SITE_SHIFT) {
+    if ret & named != named || u64::from(slot) >= 1 << (64 - SLOT_SHIFT) {
         return None;
     }
     let index = (ret >> 3) as usize & (SITE_CACHE - 1);
-    Some((index, (u64::from(slot) << SITE_SHIFT) | (ret & !high)))
+    Some((index, (u64::from(slot) << SLOT_SHIFT) | (ret & !high)))
 }
 
 /// A caller function range whose reason depends on deeper frames.
@@ -173,16 +176,6 @@ impl Deep {
     }
 }
 
-/// The counting path built for these settings (`td_path`): the common
-/// ones load none of the switches on every call.
-fn path(filtered: bool, verify_caller: bool, stacks: bool) -> types::td_path {
-    match (filtered || verify_caller, stacks) {
-        (true, _) => types::td_path::TD_PATH_ANY,
-        (false, false) => types::td_path::TD_PATH_PLAIN,
-        (false, true) => types::td_path::TD_PATH_GATE,
-    }
-}
-
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
@@ -205,6 +198,14 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Whether these settings need the counting program that reads every
+    /// switch (td_fentry_any, ...: TD_PATH_ANY): a filter, or
+    /// --verify-caller. The common one reads none on every call.
+    pub(crate) fn any_path(&self) -> bool {
+        let f = &self.filter;
+        self.verify_caller || !f.pids.is_empty() || f.cgroup.is_some() || f.cpus.is_some()
+    }
+
     /// Writes the settings into the object's `td_config`, clamped to what
     /// the tables hold (profile resolution has already refused more).
     pub(crate) fn write(&self, dst: &mut types::td_config) {
@@ -221,7 +222,6 @@ impl Config {
         dst.filter_cgroup = f.cgroup.is_some().into();
         dst.filter_cpus = f.cpus.is_some().into();
         dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus != 0).into();
-        dst.path = path(dst.filtered != 0, self.verify_caller, self.stacks).0 as u8;
         dst.cpus = [0; MAX_CPUS as usize / 64];
         for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
             dst.cpus[c as usize / 64] |= 1 << (c % 64);
@@ -631,12 +631,18 @@ mod tests {
     fn site_cache_entries_hold_kernel_text_addresses_only() {
         let (i, e) = site_cache_entry(0xffffffff81234567, 5).unwrap();
         assert_eq!(i, (0x1234567 >> 3) & (SITE_CACHE - 1));
-        assert_eq!(e, (5 << 48) | 0xffff81234567);
-        // What the BPF side compares: the low 48 bits, or 32 on x86-64.
-        assert_eq!((e ^ 0xffffffff81234567) << 16, 0);
+        assert_eq!(e, (5 << 56) | 0x001f_ffff_8123_4567);
+        // What the BPF side compares: the low 53 bits, or 32 on x86-64.
+        assert_eq!((e ^ 0xffffffff81234567) << 11, 0);
         assert_eq!(e as u32, 0x81234567);
+        // What the common path adds to the counters' address: slot 5's.
+        assert_eq!(e >> SITE_SHIFT, 5 * 8);
         assert_eq!(site_cache_entry(0x00007fff81234567, 5), None);
-        assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 16), None);
+        assert_eq!(
+            site_cache_entry(0xffffffff81234567, 255).unwrap().1 >> SITE_SHIFT,
+            255 * 8
+        );
+        assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 8), None);
         let arm64 = site_cache_entry(0xffff800081234567, 5);
         assert_eq!(arm64.is_none(), cfg!(target_arch = "x86_64"));
         // Neighbouring call sites take different entries.
@@ -712,24 +718,19 @@ mod tests {
     }
 
     #[test]
-    fn the_common_settings_get_counting_paths_of_their_own() {
-        let path_of = |c: Config| {
-            let mut dst = types::td_config::default();
-            c.write(&mut dst);
-            types::td_path(dst.path.into())
-        };
-        use types::td_path as p;
-        assert_eq!(path_of(Config::default()), p::TD_PATH_PLAIN);
+    fn the_common_settings_get_a_counting_program_of_their_own() {
+        assert!(!Config::default().any_path());
         let stacks = Config {
             stacks: true,
             ..Config::default()
         };
-        assert_eq!(path_of(stacks.clone()), p::TD_PATH_GATE);
+        // The stack gate is off the common path (see td_watch).
+        assert!(!stacks.any_path());
         let verify = Config {
             verify_caller: true,
             ..stacks.clone()
         };
-        assert_eq!(path_of(verify), p::TD_PATH_ANY);
+        assert!(verify.any_path());
         let filtered = Config {
             filter: Filter {
                 cpus: Some(vec![0]),
@@ -737,9 +738,7 @@ mod tests {
             },
             ..Config::default()
         };
-        assert_eq!(path_of(filtered), p::TD_PATH_ANY);
-        // A zeroed config is the path that reads every switch.
-        assert_eq!(p::TD_PATH_ANY.0, 0);
+        assert!(filtered.any_path());
     }
 
     #[test]

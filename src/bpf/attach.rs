@@ -106,20 +106,24 @@ fn try_fentry<'obj>(
         .load()
         .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
-    let link = skel.progs.td_fentry.attach_trace().map_err(|e| {
-        let err = Error::bpf("attach", e);
-        match err.errno() {
-            Some(libc::EPERM) | Some(libc::EACCES) => {
-                "the kernel refused to attach the fentry program (EPERM)".to_string()
+    let any = config.any_path();
+    let link = probe::counting(&skel, Some(Mode::Fentry), any)
+        .attach_trace()
+        .map_err(|e| {
+            let err = Error::bpf("attach", e);
+            match err.errno() {
+                Some(libc::EPERM) | Some(libc::EACCES) => {
+                    "the kernel refused to attach the fentry program (EPERM)".to_string()
+                }
+                Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => no_trampolines(),
+                Some(libc::EINVAL) | Some(libc::EBUSY) | Some(libc::ENOENT) => format!(
+                    "{func} cannot be traced by fentry (notrace, or not in ftrace's list): {err}"
+                ),
+                _ => format!("the fentry program failed to {err}"),
             }
-            Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => no_trampolines(),
-            Some(libc::EINVAL) | Some(libc::EBUSY) | Some(libc::ENOENT) => format!(
-                "{func} cannot be traced by fentry (notrace, or not in ftrace's list): {err}"
-            ),
-            _ => format!("the fentry program failed to {err}"),
-        }
-    })?;
-    let mut probe = Probe::new(skel, Mode::Fentry, func, Some(link)).map_err(|e| e.to_string())?;
+        })?;
+    let mut probe =
+        Probe::new(skel, Mode::Fentry, any, func, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }
@@ -177,9 +181,8 @@ fn try_kprobe<'obj>(
         }
     })?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
-    let link = skel
-        .progs
-        .td_kprobe
+    let any = config.any_path();
+    let link = probe::counting(&skel, Some(Mode::Kprobe), any)
         .attach_kprobe(false, func)
         .map_err(|e| {
             let err = Error::bpf("attach", e);
@@ -194,7 +197,8 @@ fn try_kprobe<'obj>(
                 _ => format!("the kprobe failed to {err}"),
             }
         })?;
-    let mut probe = Probe::new(skel, Mode::Kprobe, func, Some(link)).map_err(|e| e.to_string())?;
+    let mut probe =
+        Probe::new(skel, Mode::Kprobe, any, func, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }

@@ -71,12 +71,19 @@ impl<T> Drop for Section<T> {
 
 /// Moves stack capture to `slot` with `callers` as its caller ranges, in
 /// the order the BPF side relies on (see td_control in topdown.h): capture
-/// off, no ranges, the ranges, their count, then the new reason. Each store
-/// is volatile (the BPF side reads the memory directly) and fenced.
+/// off, no ranges, the ranges, their count, then the new reason; last, the
+/// calls are sent to the stack gate (td_watch) while a reason is set. Each
+/// store is volatile (the BPF side reads the memory directly) and fenced.
 ///
 /// # Safety
-/// `ctl` must point to the mmap'ed td_control of a loaded object.
-pub(crate) unsafe fn publish(ctl: *mut types::td_control, slot: u32, callers: &[(u64, u64)]) {
+/// `ctl` and `watch` must point to the mmap'ed td_control and td_watch of
+/// a loaded object.
+pub(crate) unsafe fn publish(
+    ctl: *mut types::td_control,
+    watch: *mut types::td_watch,
+    slot: u32,
+    callers: &[(u64, u64)],
+) {
     use std::ptr::{addr_of_mut, write_volatile};
     write_volatile(addr_of_mut!((*ctl).reason), SLOT_NONE);
     write_volatile(addr_of_mut!((*ctl).nr_ranges), 0);
@@ -94,6 +101,20 @@ pub(crate) unsafe fn publish(ctl: *mut types::td_control, slot: u32, callers: &[
     );
     fence(Ordering::SeqCst);
     write_volatile(addr_of_mut!((*ctl).reason), slot);
+    fence(Ordering::SeqCst);
+    set_watch(watch, WATCH_STACKS, slot != SLOT_NONE);
+}
+
+const WATCH_OWN: usize = types::td_watch_byte::TD_WATCH_OWN.0 as usize;
+const WATCH_STACKS: usize = types::td_watch_byte::TD_WATCH_STACKS.0 as usize;
+
+/// Sets or clears one byte of the watch key: a byte store, so that the
+/// other byte's writer is never undone.
+///
+/// # Safety
+/// As publish.
+unsafe fn set_watch(watch: *mut types::td_watch, byte: usize, on: bool) {
+    std::ptr::write_volatile(std::ptr::addr_of_mut!((*watch).why[byte]), on.into());
 }
 
 /// What claiming a slot's name found.
@@ -558,8 +579,9 @@ impl Maps {
                 callers.len()
             )));
         }
-        // SAFETY: ctl points into the .data mapping, alive as long as self.
-        unsafe { publish(self.ctl(), slot, callers) };
+        // SAFETY: ctl and watch point into the .data and .bss mappings,
+        // alive as long as self.
+        unsafe { publish(self.ctl(), self.watch(), slot, callers) };
         Ok(())
     }
 
@@ -568,10 +590,22 @@ impl Maps {
         unsafe { std::ptr::addr_of_mut!((*self.data_mem.ptr).ctl) }
     }
 
-    /// Leaves out the calls of process `tgid` (0: none) while it is awake.
+    fn watch(&self) -> *mut types::td_watch {
+        // SAFETY: a field of the .bss mapping.
+        unsafe { std::ptr::addr_of_mut!((*self.bss_mem.ptr).watch) }
+    }
+
+    /// Leaves out the calls of process `tgid` (0: none) while it is awake:
+    /// the tgid first, then the calls sent to the slow path, which checks
+    /// it (td_watch).
     pub(crate) fn own(&self, tgid: u32) {
-        // SAFETY: as in capture; a u32 store the BPF side reads once a call.
-        unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.ctl()).own_tgid), tgid) };
+        // SAFETY: as in capture; a u32 store the BPF side reads once a
+        // call, and a byte store.
+        unsafe {
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.ctl()).own_tgid), tgid);
+            fence(Ordering::SeqCst);
+            set_watch(self.watch(), WATCH_OWN, tgid != 0);
+        }
     }
 
     /// Takes `pid` out of the pid filter: its process exited, and a new one
@@ -593,11 +627,11 @@ impl Maps {
         (r != SLOT_NONE).then_some(r)
     }
 
-    /// The raw control block, for a test that moves capture from one thread
-    /// while another runs the program.
+    /// The raw control block and watch key, for a test that moves capture
+    /// from one thread while another runs the program.
     #[cfg(test)]
-    pub(crate) fn control_ptr(&self) -> *mut types::td_control {
-        self.ctl()
+    pub(crate) fn control_ptr(&self) -> (*mut types::td_control, *mut types::td_watch) {
+        (self.ctl(), self.watch())
     }
 }
 

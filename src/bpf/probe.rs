@@ -120,10 +120,14 @@ fn open_for<'obj>(
     };
     let fentry = mode == Some(Mode::Fentry);
     let kprobe = mode == Some(Mode::Kprobe);
+    let any = config.any_path();
     let p = &mut open.progs;
-    p.td_fentry.set_autoload(fentry);
-    p.td_kprobe.set_autoload(kprobe);
-    p.td_selftest.set_autoload(mode.is_none());
+    p.td_fentry.set_autoload(fentry && !any);
+    p.td_fentry_any.set_autoload(fentry && any);
+    p.td_kprobe.set_autoload(kprobe && !any);
+    p.td_kprobe_any.set_autoload(kprobe && any);
+    p.td_selftest.set_autoload(mode.is_none() && !any);
+    p.td_selftest_any.set_autoload(mode.is_none() && any);
     p.td_empty_fentry
         .set_autoload(companion == Some(Companion::Fentry));
     p.td_empty_fexit
@@ -134,8 +138,11 @@ fn open_for<'obj>(
     // Every program is attached by hand.
     for prog in [
         &mut p.td_fentry,
+        &mut p.td_fentry_any,
         &mut p.td_kprobe,
+        &mut p.td_kprobe_any,
         &mut p.td_selftest,
+        &mut p.td_selftest_any,
         &mut p.td_empty_fentry,
         &mut p.td_empty_fexit,
         &mut p.td_bare_fentry,
@@ -148,6 +155,7 @@ fn open_for<'obj>(
         // kernel's BTF by name (about 6 ms each in the emulated guest).
         for prog in [
             &mut p.td_fentry,
+            &mut p.td_fentry_any,
             &mut p.td_empty_fentry,
             &mut p.td_empty_fexit,
             &mut p.td_bare_fentry,
@@ -239,11 +247,32 @@ pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &Filter) -> Result<()> 
     Ok(())
 }
 
+/// The counting program of `mode` (None: the self-test one) that `config`
+/// loads: the common path's, or with a filter or --verify-caller the one
+/// that reads every switch.
+pub(crate) fn counting<'a, 'obj>(
+    skel: &'a TopdownSkel<'obj>,
+    mode: Option<Mode>,
+    any: bool,
+) -> &'a libbpf_rs::ProgramMut<'obj> {
+    let p = &skel.progs;
+    match (mode, any) {
+        (Some(Mode::Fentry), false) => &p.td_fentry,
+        (Some(Mode::Fentry), true) => &p.td_fentry_any,
+        (Some(Mode::Kprobe), false) => &p.td_kprobe,
+        (Some(Mode::Kprobe), true) => &p.td_kprobe_any,
+        (None, false) => &p.td_selftest,
+        (None, true) => &p.td_selftest_any,
+    }
+}
+
 /// Who keeps the counting program attached.
 enum Owner<'obj> {
     /// This process loaded it: dropping the links detaches.
     Loaded {
         skel: Box<TopdownSkel<'obj>>,
+        /// Which counting program it loaded (see `counting`).
+        any: bool,
         link: Option<Link>,
         companion: Option<(Companion, Link)>,
     },
@@ -260,9 +289,11 @@ pub(crate) struct Probe<'obj> {
 }
 
 impl<'obj> Probe<'obj> {
+    /// `any`: as `counting` takes it.
     pub(crate) fn new(
         skel: TopdownSkel<'obj>,
         mode: Mode,
+        any: bool,
         func: &str,
         link: Option<Link>,
     ) -> Result<Self> {
@@ -270,6 +301,7 @@ impl<'obj> Probe<'obj> {
             maps: Maps::of_skel(&skel)?,
             owner: Owner::Loaded {
                 skel: Box::new(skel),
+                any,
                 link,
                 companion: None,
             },
@@ -381,10 +413,9 @@ impl<'obj> Probe<'obj> {
     /// need kernel.bpf_stats_enabled=1).
     pub(crate) fn prog_stats(&self) -> ProgStats {
         match &self.owner {
-            Owner::Loaded { skel, .. } => prog_stats(match self.mode {
-                Mode::Fentry => skel.progs.td_fentry.as_fd(),
-                Mode::Kprobe => skel.progs.td_kprobe.as_fd(),
-            }),
+            Owner::Loaded { skel, any, .. } => {
+                prog_stats(counting(skel, Some(self.mode), *any).as_fd())
+            }
             Owner::Pinned { prog } => prog
                 .as_ref()
                 .map_or_else(ProgStats::default, |fd| prog_stats(fd.as_fd())),
@@ -464,7 +495,7 @@ pub(crate) mod selftest {
             .load()
             .expect("load the raw_tp self-test program (needs root)");
         set_filter(&skel, &config.filter).expect("the filter's maps");
-        Probe::new(skel, Mode::Kprobe, "selftest", None).expect("the maps")
+        Probe::new(skel, Mode::Kprobe, config.any_path(), "selftest", None).expect("the maps")
     }
 
     /// The raw_tp context of one run: the caller's return address, then
@@ -509,20 +540,20 @@ pub(crate) mod selftest {
                 input.cpu = cpu;
                 input.flags = libbpf_sys::BPF_F_TEST_RUN_ON_CPU;
             }
-            self.skel()
-                .expect("a loaded object")
-                .progs
-                .td_selftest
+            self.selftest_prog()
                 .test_run(input)
                 .expect("run the self-test program");
         }
 
         pub(crate) fn selftest_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-            self.skel()
-                .expect("a loaded object")
-                .progs
-                .td_selftest
-                .as_fd()
+            self.selftest_prog().as_fd()
+        }
+
+        fn selftest_prog(&self) -> &libbpf_rs::ProgramMut<'_> {
+            let Owner::Loaded { skel, any, .. } = &self.owner else {
+                panic!("a loaded object");
+            };
+            counting(skel, None, *any)
         }
     }
 }

@@ -45,6 +45,33 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
         assert_eq!(p.maps().counts().unwrap()[7], 5);
         // The pending count is frozen once the site is known.
         assert_eq!(p.maps().pending().unwrap(), vec![(a, 3)]);
+        // Only the calls before the cache knew the site took the slow path.
+        assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 3);
+    });
+}
+
+#[test]
+fn calls_of_the_awake_topdown_process_are_left_out_and_no_other() {
+    with_probe(|p| {
+        let a = 0xffffffff81000123;
+        p.maps().add_site(a, 7).unwrap();
+        p.test_count(a, 2);
+        // Awake: this process's calls (the test runs are its own) take the
+        // slow path, which leaves them out.
+        p.maps().own(std::process::id());
+        p.test_count(a, 3);
+        let own = p.maps().stats().unwrap().get(Stat::TD_STAT_OWN_CALLS);
+        // Another process awake: this one's calls count, through the slow
+        // path as well.
+        p.maps().own(1);
+        p.test_count(a, 4);
+        p.maps().own(0);
+        p.test_count(a, 5);
+        assert_eq!(p.maps().counts().unwrap()[7], 2 + 4 + 5);
+        assert_eq!(own, 3);
+        assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_OWN_CALLS), 3);
+        // The cache served them all: none was uncached.
+        assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 0);
     });
 }
 
@@ -583,7 +610,8 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
     p.maps().refill(u64::MAX).unwrap();
-    let ctl = p.maps().control_ptr() as usize;
+    let (ctl, watch) = p.maps().control_ptr();
+    let (ctl, watch) = (ctl as usize, watch as usize);
     let fd = p.selftest_fd().as_raw_fd();
     let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
@@ -608,20 +636,24 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
                 }
             }
         });
-        // Move as fast as possible until the runner has made enough calls.
+        // Move as fast as possible until the runner has made enough calls,
+        // holding each state a moment so that every one is seen, even when
+        // both threads share a CPU (a spin would let the runner see only
+        // the few states it was preempted in).
         let start = Instant::now();
         let mut i = 0u64;
         while runs.load(Ordering::Relaxed) < 40_000 && start.elapsed() < Duration::from_secs(20) {
             i += 1;
-            let ctl = ctl as *mut _;
+            let (ctl, watch) = (ctl as *mut _, watch as *mut _);
             // SAFETY: the object outlives the scope.
             unsafe {
                 match i % 3 {
-                    0 => publish(ctl, A, &[]),
-                    1 => publish(ctl, B, &[b_range]),
-                    _ => publish(ctl, SLOT_NONE, &[]),
+                    0 => publish(ctl, watch, A, &[]),
+                    1 => publish(ctl, watch, B, &[b_range]),
+                    _ => publish(ctl, watch, SLOT_NONE, &[]),
                 }
             }
+            std::thread::sleep(Duration::from_micros(20));
             if i.is_multiple_of(50) {
                 rb.consume().unwrap();
             }
@@ -647,7 +679,13 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
         let want = if *caller == site_a { A } else { B };
         assert_eq!(*reason, want, "sample of {caller:#x}");
     }
-    assert!(samples.iter().any(|s| s.1 == A) && samples.iter().any(|s| s.1 == B));
+    let of = |r: u32| samples.iter().filter(|s| s.1 == r).count();
+    assert!(
+        of(A) > 0 && of(B) > 0,
+        "{} samples of A, {} of B in {runs} runs",
+        of(A),
+        of(B)
+    );
 }
 
 /// `--stack-on not-found`: the calls whose caller is not found are the

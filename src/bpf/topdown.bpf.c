@@ -8,20 +8,23 @@
  * addresses not yet resolved are counted per address in `pending` until
  * user space has resolved them, so no event is lost or misfiled meanwhile.
  *
- * The common path makes no helper call: the caller's return address is
- * read where the first calls found it (plain loads the verifier guards,
- * through bpf_rdonly_cast; a probe read where that kfunc is missing), a
- * direct-mapped cache in .bss answers for resolved sites before the hash,
- * and the own-process check costs a load unless topdown is awake. The
- * --pid, --cgroup and --cpu filters come first, and only where asked for
- * (load-time constants).
+ * The common path makes no helper call and tests nothing it can leave to
+ * the slow one: the counters are looked up through a key user space makes
+ * fail while it needs to see the calls (td_watch: topdown awake, stacks
+ * captured), the caller's return address is one load (a plain load the
+ * verifier guards, through bpf_rdonly_cast; a probe read where that kfunc
+ * is missing), and a direct-mapped cache in .bss names the resolved site
+ * and its slot. Everything else (new sites, deeper-frame rules, topdown's
+ * own calls, the stack gate) is count_slow's. The --pid, --cgroup and
+ * --cpu filters and --verify-caller have a program of their own, the
+ * filters first, and only the ones asked for (load-time constants).
  *
  * Tier 2 (on demand): when the reason just counted is the one user space
  * asked stacks of (ctl.reason), the same program sends its kernel (and
- * optionally user) stack to a ring buffer, rate-limited. The gate is one
- * load and compare on the counting path, and compiled out entirely when
- * the run can never capture (cfg.stacks false): switching capture on is a
- * store to mapped memory, with nothing to load or attach.
+ * optionally user) stack to a ring buffer, rate-limited. The gate costs
+ * the common path nothing, and is compiled out entirely when the run can
+ * never capture (cfg.stacks false): switching capture on is two stores to
+ * mapped memory, with nothing to load or attach.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -44,6 +47,9 @@ static const __u32 zero = 0;
 
 /* Changed by user space at run time (mmap'ed .data); see td_control. */
 struct td_control ctl = { .reason = TD_SLOT_NONE };
+
+/* See td_watch: 0 but while user space watches the calls. */
+struct td_watch watch;
 
 /*
  * Resolved sites, by hash of the return address (mmap'ed .bss, written by
@@ -191,6 +197,7 @@ enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 enum td_no_pid _td_no_pid = TD_NO_PID;
 enum td_path _td_path = TD_PATH_ANY;
+enum td_watch_byte _td_watch_byte = TD_WATCH_OWN;
 struct td_pids _td_pids = {};
 struct td_early_key _td_early_key = {};
 
@@ -404,6 +411,50 @@ static __always_inline __u64 fentry_caller(void *ctx)
 	return fentry_caller_search(ctx, func);
 }
 
+#if defined(__TARGET_ARCH_x86)
+/*
+ * x86 fentry: the common path reads one word, two above the arguments the
+ * trampoline saved (their count is at ctx - 8), and takes it only if the
+ * site cache knows it. Every layout an x86 trampoline has (5.17 to 7.x)
+ * puts one of two words there:
+ *   - no return-value slot (fentry programs only, called from FUNC's
+ *     entry): saved RBP, FUNC+5 (+9 behind IBT), then the caller's return
+ *     address: the caller;
+ *   - a return-value slot (an fexit or fmod_ret program too): the word is
+ *     8 bytes higher in the frame. Called from FUNC's entry, it is FUNC+5,
+ *     which is no caller the cache holds, so the call takes the checked
+ *     path (fentry_caller); jumped to (7.x), it is the caller again.
+ * So a hit is the caller, with no check of the entry word on the common
+ * path (two guarded loads and a compare fewer); a miss looks again the
+ * checked way. --verify-caller checks this against the unwind.
+ */
+#define TD_QUICK_FENTRY 1
+
+/* The probe read where bpf_rdonly_cast is missing: apart, or clang merges the loads. */
+static __always_inline __u64 read_word(void *at)
+{
+	__u64 w = 0;
+
+	bpf_probe_read_kernel(&w, sizeof(w), at);
+	barrier_var(w);
+	return w;
+}
+
+static __always_inline __u64 fentry_caller_quick(void *ctx)
+{
+	/* inlined for fentry: a load of ctx - 8 */
+	void *at = ctx + ((bpf_get_func_arg_cnt(ctx) * 8) & TD_WORD_OFFSETS);
+
+	if (__builtin_expect(bpf_ksym_exists(bpf_rdonly_cast), 1))
+		/* r13: the third word */
+		return bpf_core_cast(at, struct pt_regs)->r13;
+	return read_word(at + 16);
+}
+#else
+/* arm64: the checked way is the only one (two frame records to tell apart). */
+#define TD_QUICK_FENTRY 0
+#endif
+
 /* The probe read: kept out of kprobe_caller, whose plain load clang would merge with it. */
 static __always_inline __u64 kprobe_ret_ip(struct pt_regs *ctx)
 {
@@ -469,6 +520,9 @@ static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, 
 }
 #endif
 
+/* The frames searched for the cheap caller where the unwind has no entry frame. */
+#define TD_HINT_FRAMES 6
+
 /* What bpf_loop's body sees of the search for FUNC's entry frame. */
 struct td_frame_walk {
 	struct td_scratch *s;
@@ -493,7 +547,8 @@ static long entry_frame_step(__u32 i, struct td_frame_walk *w)
  * frame in s->ips, or -1: the frame above FUNC's entry frame, or, where
  * the unwind has none (a jumped-to trampoline on x86 7.x), `hint` (the
  * caller the cheap way found) if it is among the first frames, after those
- * of the BPF program and the trampoline.
+ * of the BPF program (up to three deep: the program, count_slow, verify or
+ * deep_reason) and the trampoline.
  */
 static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
 					 __u64 hint)
@@ -519,7 +574,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 				return entry_caller(ctx, s, i, func);
 		}
 	}
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < TD_HINT_FRAMES; i++) {
 		if (i >= n)
 			break;
 		if (hint && s->ips[i] == hint)
@@ -760,35 +815,39 @@ static __always_inline __u32 site_index(__u64 ret)
 }
 
 /*
- * A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not
- * there. An empty entry is 0, which reads as slot TD_SLOT_NOT_FOUND for
- * return address 0 (the caller not found: right) and matches no other.
+ * Whether `ret`'s entry in the direct-mapped cache (put in *e) names it: a
+ * resolved site. An empty entry is 0, which names return address 0 with
+ * slot TD_SLOT_NOT_FOUND (the caller not found: right) and no other.
  */
-static __always_inline __u32 cached_reason(__u64 ret)
+static __always_inline bool cached(__u64 ret, __u64 *e)
 {
-	__u64 e = site_cache[site_index(ret)];
-
+	*e = site_cache[site_index(ret)];
 #if defined(__TARGET_ARCH_x86)
 	/*
 	 * All of x86-64's kernel text (modules and BPF code too) lies in the
 	 * top 2 GiB, so the low 32 bits name a return address: one compare.
 	 */
-	if ((__u32)e == (__u32)ret)
+	return (__u32)*e == (__u32)ret;
 #else
-	if (!((e ^ ret) << (64 - TD_SITE_SHIFT)))
+	return !((*e ^ ret) << (64 - TD_SITE_SHIFT));
 #endif
-		return e >> TD_SITE_SHIFT;
-	return TD_SLOT_NONE;
+}
+
+/* A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not there. */
+static __always_inline __u32 cached_reason(__u64 ret)
+{
+	__u64 e;
+
+	return cached(ret, &e) ? e >> TD_SLOT_SHIFT : TD_SLOT_NONE;
 }
 
 /*
  * Counts a call whose site is not in the cache (new, behind a deeper-frame
  * rule, or not found) on this CPU's counters `c`; returns its slot, or
- * TD_SLOT_NONE if it was counted as pending.  A subprogram: the common path
- * stays short.
+ * TD_SLOT_NONE if it was counted as pending.
  */
-static __noinline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret,
-				       enum td_kind kind)
+static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret,
+					    enum td_kind kind)
 {
 	__u32 *slot, r = TD_SLOT_NONE;
 	int dc;
@@ -987,127 +1046,160 @@ static __always_inline bool wanted(enum td_path path)
 
 /*
  * The stack gate, capture on: whether this call, of slot r (TD_SLOT_NONE:
- * pending), belongs to stack reason `want`, and then its stack. It looks
- * this CPU's counters up again, so that the counting path need not keep
- * them in a register for it.
+ * pending), belongs to stack reason `want`, and then its stack; `c` is
+ * this CPU's counters.
  */
-static __noinline void stack_gate(void *ctx, __u64 ret, __u32 r, __u32 want)
+static __always_inline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
+				       __u32 want)
 {
-	struct td_counts *c;
-
 	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want)))
 		return;
-	c = bpf_map_lookup_elem(&counts, &zero);
-	if (c)
-		sample(ctx, c, ret, want);
+	sample(ctx, c, ret, want);
 }
 
-/*
- * Counts the call; with `gate` (a constant), also sends its stack if it is
- * of the stack reason capture is on for. The new-site path is one call
- * whatever the gate reads, so that the verifier walks it (and its
- * deeper-frame rules) once, not once per state of the gate.
- */
-static __always_inline void count_call(void *ctx, __u64 ret, enum td_kind kind,
-				       enum td_path path, bool gate)
-{
-	struct td_counts *c;
-	__u32 r, want = TD_SLOT_NONE;
-
-	/*
-	 * Read once: user space may move capture meanwhile. With capture
-	 * off, the gate costs this load and a compare.
-	 */
-	if (gate)
-		want = *(volatile __u32 *)&ctl.reason;
-	if (is_own_call()) {
-		/* Symbolizing reads files: don't count what we cause. */
-		stat_inc(TD_STAT_OWN_CALLS);
-		return;
-	}
-	c = bpf_map_lookup_elem(&counts, &zero);
-	if (!c)
-		return;
-	if (path == TD_PATH_ANY && cfg.verify_caller)
-		verify(ctx, ret, kind);
-	r = cached_reason(ret);
-	if (r != TD_SLOT_NONE) {
-		c->n[r & (TD_NR_SLOTS - 1)]++;
-		if (!gate || want == TD_SLOT_NONE)
-			return;
-	} else {
-		r = count_uncached(ctx, c, ret, kind);
-		if (!gate || want == TD_SLOT_NONE)
-			return;
-	}
-	stack_gate(ctx, ret, r, want);
-}
-
-static __always_inline void count(void *ctx, __u64 ret, enum td_kind kind, enum td_path path)
-{
-	if (path == TD_PATH_PLAIN || (path == TD_PATH_ANY && !cfg.stacks))
-		count_call(ctx, ret, kind, path, false);
-	else
-		count_call(ctx, ret, kind, path, true);
-}
-
-/* The caller's return address, where each kind of program finds it. */
-static __always_inline __u64 caller_of(void *ctx, enum td_kind kind)
+/* The caller's return address as the common path reads it: one load. */
+static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 {
 	if (kind == TD_FENTRY)
-		return fentry_caller(ctx);
+		return TD_QUICK_FENTRY ? fentry_caller_quick(ctx) : fentry_caller(ctx);
 	if (kind == TD_KPROBE)
 		return kprobe_caller(ctx);
 	return ((struct td_raw_tp_args *)ctx)->args[0];
+}
+
+/*
+ * Every call the common path does not count: those user space watches
+ * (`c` NULL: see td_watch; with --verify-caller, every call), and those
+ * whose quick read the site cache did not know. Leaves out topdown's own
+ * calls, finds the caller the checked way where the quick read may be
+ * wrong (fentry on x86), counts the call, then runs the stack gate. One
+ * subprogram called once: the verifier walks the new-site path (and its
+ * deeper-frame rules) once, and the common path keeps no values for it.
+ */
+static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind kind,
+				  enum td_path path)
+{
+	bool verify_all = path == TD_PATH_ANY && cfg.verify_caller;
+	__u64 quick, ret;
+	__u32 r, want;
+	bool hit;
+
+	if (!c || verify_all) {
+		if (is_own_call()) {
+			/* Symbolizing reads files: don't count what we cause. */
+			stat_inc(TD_STAT_OWN_CALLS);
+			return;
+		}
+		c = bpf_map_lookup_elem(&counts, &zero);
+		if (!c)
+			return;
+	}
+	/* read again: passed from the common path, it took a register there */
+	ret = quick = quick_caller(ctx, kind);
+	r = cached_reason(quick);
+	hit = r != TD_SLOT_NONE;
+	if (kind == TD_FENTRY && TD_QUICK_FENTRY && (!hit || verify_all)) {
+		ret = fentry_caller(ctx);
+		r = cached_reason(ret);
+	}
+	if (!hit)
+		stat_inc(TD_STAT_UNCACHED);
+	if (verify_all) {
+		verify(ctx, ret, kind);
+		/* the quick read's claim: a cached site it gives is the caller */
+		if (hit && quick != ret)
+			stat_inc(TD_STAT_VERIFY_MISMATCH);
+	}
+	if (r != TD_SLOT_NONE)
+		c->n[r & (TD_NR_SLOTS - 1)]++;
+	else
+		r = count_uncached(ctx, c, ret, kind);
+	/* the stack gate, compiled in if stacks may be captured in this run */
+	if (!cfg.stacks)
+		return;
+	/* Read once: user space may move capture meanwhile. */
+	want = *(volatile __u32 *)&ctl.reason;
+	if (want != TD_SLOT_NONE)
+		stack_gate(ctx, c, ret, r, want);
+}
+
+/*
+ * Counts the call: the common path, a lookup of the counters through the
+ * watch key, the quick read and the site cache, and the count. Anything
+ * else is count_slow's: a watched call, a site not cached, --verify-caller.
+ */
+static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_path path)
+{
+	struct td_counts *c;
+	__u64 e;
+
+	c = bpf_map_lookup_elem(&counts, &watch);
+	if (c && !(path == TD_PATH_ANY && cfg.verify_caller) &&
+	    cached(quick_caller(ctx, kind), &e)) {
+		/* the slot's counter: its byte offset is the entry's top bits */
+		(*(__u64 *)((void *)c->n + (e >> TD_SITE_SHIFT)))++;
+		return;
+	}
+	count_slow(ctx, c, kind, path);
 }
 
 /* The counting path `path`: filtered before the caller is looked for. */
 static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path path)
 {
 	if (wanted(path))
-		count(ctx, caller_of(ctx, kind), kind, path);
+		count_call(ctx, kind, path);
 }
 
-/* One copy per path: only the one cfg.path names is verified and run. */
-static __always_inline void count_by_path(void *ctx, enum td_kind kind)
-{
-	switch (cfg.path) {
-	case TD_PATH_PLAIN:
-		count_on(ctx, kind, TD_PATH_PLAIN);
-		break;
-	case TD_PATH_GATE:
-		count_on(ctx, kind, TD_PATH_GATE);
-		break;
-	default:
-		count_on(ctx, kind, TD_PATH_ANY);
-	}
-}
-
+/*
+ * The counting programs, one per kind and path: user space loads the one
+ * its settings call for (TD_PATH_ANY with a filter or --verify-caller).
+ */
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	count_by_path(ctx, TD_FENTRY);
+	count_on(ctx, TD_FENTRY, TD_PATH_COMMON);
+	return 0;
+}
+
+SEC("fentry")
+int BPF_PROG(td_fentry_any)
+{
+	count_on(ctx, TD_FENTRY, TD_PATH_ANY);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	count_by_path(ctx, TD_KPROBE);
+	count_on(ctx, TD_KPROBE, TD_PATH_COMMON);
+	return 0;
+}
+
+SEC("kprobe")
+int BPF_KPROBE(td_kprobe_any)
+{
+	count_on(ctx, TD_KPROBE, TD_PATH_ANY);
 	return 0;
 }
 
 /*
- * Runs the counting path (and the stack gate) on a return address given as
- * the first raw tracepoint argument (the other arguments: frames above the
- * caller, with cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise the
- * site table, pending counts, slots, deeper-frame rules and the choice of
- * stacks on kernels that refuse fentry.
+ * The counting paths run on a return address given as the first raw
+ * tracepoint argument (the other arguments: frames above the caller, with
+ * cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise the site table,
+ * pending counts, slots, deeper-frame rules and the choice of stacks on
+ * kernels that refuse fentry.
  */
 SEC("raw_tp")
 int td_selftest(struct td_raw_tp_args *ctx)
 {
-	count_by_path(ctx, TD_SELFTEST);
+	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_selftest_any(struct td_raw_tp_args *ctx)
+{
+	count_on(ctx, TD_SELFTEST, TD_PATH_ANY);
 	return 0;
 }
 

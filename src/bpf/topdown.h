@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 2,
+	TD_LAYOUT_VERSION = 3,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -43,14 +43,17 @@ enum td_abi {
 	/*
 	 * The direct-mapped site cache in front of the sites hash, indexed by
 	 * the return address's bits 3 and up: entries are (slot <<
-	 * TD_SITE_SHIFT) | the return address's low bits. Kernel text
-	 * addresses have all their bits above TD_SITE_SHIFT set (x86-64: above
-	 * bit 31), so the low bits name the address; others are left to the
-	 * hash.
+	 * TD_SLOT_SHIFT) | the return address's bits below TD_SITE_SHIFT.
+	 * Kernel text addresses have all their bits from TD_SITE_SHIFT up set
+	 * (x86-64: from bit 32), so the low bits name the address; others are
+	 * left to the hash. Bits TD_SITE_SHIFT to TD_SLOT_SHIFT are 0, so the
+	 * entry shifted by TD_SITE_SHIFT is the slot's byte offset in
+	 * td_counts.n: one shift on the common path.
 	 */
 	TD_SITE_CACHE_BITS = 12,
 	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
-	TD_SITE_SHIFT = 48,
+	TD_SITE_SHIFT = 53,
+	TD_SLOT_SHIFT = 56,		/* TD_SITE_SHIFT + 3: a slot is 8 bytes */
 	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
 	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
 	TD_MAX_CPUS = 8192,
@@ -68,6 +71,12 @@ enum td_no_pid {
 	TD_NO_PID = 0xffffffffu,
 };
 
+/* The bytes of td_control.watch. */
+enum td_watch_byte {
+	TD_WATCH_OWN = 0,
+	TD_WATCH_STACKS = 1,
+};
+
 /* The stack reason when capture is off; also "site not resolved yet". */
 enum td_slot_none {
 	TD_SLOT_NONE = 0xffffffffu,
@@ -80,6 +89,12 @@ enum td_stat {
 	TD_STAT_VERIFY_UNWIND_FAILED,
 	TD_STAT_DEEP_UNWIND_FAILED,
 	TD_STAT_OWN_CALLS,
+	/*
+	 * Calls the site cache did not serve: from sites not resolved yet,
+	 * behind deeper-frame rules, not found, or (x86 fentry) whose quick
+	 * read missed (see fentry_caller_quick).
+	 */
+	TD_STAT_UNCACHED,
 	TD_NR_STATS,
 };
 
@@ -136,14 +151,14 @@ struct td_rule {
 };
 
 /*
- * The counting paths (cfg.path). The verifier knows .rodata and drops the
- * code of a switch that is off, but not the load of the switch: the two
- * common settings get paths of their own, which read cfg.path alone.
+ * The counting paths, one program each (td_fentry, td_fentry_any, ...):
+ * the verifier knows .rodata and drops the code of a switch that is off,
+ * but not the load of the switch, so the common setting's program reads
+ * none.
  */
 enum td_path {
-	TD_PATH_ANY = 0,	/* reads filtered, verify_caller and stacks */
-	TD_PATH_PLAIN = 1,	/* all three off */
-	TD_PATH_GATE = 2,	/* stacks on, the other two off */
+	TD_PATH_ANY = 0,	/* reads filtered and verify_caller */
+	TD_PATH_COMMON = 1,	/* neither: no filter, no --verify-caller */
 };
 
 /* Everything the programs are given before load (frozen in .rodata). */
@@ -178,12 +193,7 @@ struct td_config {
 	__u8 filtered;
 	/* bpf_loop (5.17) is there: the deeper-frame rules are walked with it. */
 	__u8 loop_helper;
-	/*
-	 * A td_path: the counting path built for these settings, so that a
-	 * switch that is off costs no load of it on every call.
-	 */
-	__u8 path;
-	__u8 pad[2];
+	__u8 pad[3];
 	__u64 cpus[TD_MAX_CPUS / 64];
 };
 
@@ -242,11 +252,22 @@ struct td_control {
 	struct td_range ranges[TD_MAX_STACK_RANGES];
 	/*
 	 * A topdown process's tgid while it is awake (polling, printing,
-	 * symbolizing), 0 while it sleeps: its own calls are left out then,
-	 * and the pid lookup is paid only meanwhile.
+	 * symbolizing), 0 while it sleeps: its own calls are left out then.
 	 */
 	__u32 own_tgid;
 	__u32 pad;
+};
+
+/*
+ * The common path's key into the counter array (mmap'ed .bss), as bytes,
+ * each with one writer: TD_WATCH_OWN set while ctl.own_tgid is,
+ * TD_WATCH_STACKS while ctl.reason is a slot. Any byte set makes the key an
+ * index past the array's end: the lookup fails, and the call takes the
+ * slow path, which checks the process and runs the stack gate. So the
+ * common path tests neither.
+ */
+struct td_watch {
+	__u8 why[4];
 };
 
 /*

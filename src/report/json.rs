@@ -296,6 +296,7 @@ struct SummaryJson<'a> {
     stacks_by_reason: Vec<StackSet<'a>>,
     captures: Vec<Capture<'a>>,
     verify: Option<Verify>,
+    uncached: u64,
     bpf: Cost,
     companion: Option<CompanionJson<'a>>,
     start: Num,
@@ -340,6 +341,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             .collect(),
         captures: sum.captures.iter().map(Capture::of).collect(),
         verify: sum.verify,
+        uncached: sum.uncached,
         bpf: sum.cost,
         companion: sum
             .companion
@@ -493,12 +495,13 @@ mod tests {
         assert_eq!(v["stacks_by_reason"][1]["captured"], 3);
         assert_eq!(v["verify"], serde_json::Value::Null);
         assert_eq!(v["bpf"]["run_cnt"], 0);
+        assert_eq!(v["uncached"], 0);
         assert!(
             j.starts_with("{\"type\":\"summary\",\"schema\":1,\"func\":\"f\",\"mode\":\"fentry\"")
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 28, "{keys:?}");
+        assert_eq!(keys.len(), 29, "{keys:?}");
         assert_eq!(v["kernel"], "6.12.0");
         assert_eq!(v["start"], 1_700_000_000);
         for k in ["profile", "compare", "baseline", "verdict", "filter"] {

@@ -281,6 +281,10 @@ pub(crate) struct Summary {
     pub(crate) stacks_matched: u64,
     pub(crate) stacks_sent: u64,
     pub(crate) verify: Option<Verify>,
+    /// Calls the site cache did not serve (new sites, deeper-frame rules,
+    /// callers not found, fentry frames the quick read misses): the ones
+    /// that took the counting program's slow path.
+    pub(crate) uncached: u64,
     /// The counting program's run statistics.
     pub(crate) cost: Cost,
     /// An empty companion program's, named by its kind.

@@ -502,6 +502,7 @@ pub(crate) mod tests {
             stacks_matched: 10,
             stacks_sent: 4,
             verify: None,
+            uncached: 0,
             cost: Cost::default(),
             companion: None,
             compare: None,

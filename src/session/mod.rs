@@ -241,10 +241,11 @@ pub(crate) fn run(
     let mut next_refill = start + REFILL;
 
     // This process's calls of FUNC are left out while it is awake (its
-    // polling, printing and symbolizing), not while it sleeps: the check
-    // costs every call a helper call while it is on. So with FUNC on the
-    // system-call path, the call it sleeps in is counted: one per tick at
-    // most, as the program wakes it for no single stack.
+    // polling, printing and symbolizing), not while it sleeps: while the
+    // check is on, every call takes the counting program's slow path
+    // (td_watch). So with FUNC on the system-call path, the call it sleeps
+    // in is counted: one per tick at most, as the program wakes it for no
+    // single stack.
     let own = std::process::id();
     probe.maps().own(own);
     while !stop.load(Ordering::Relaxed) {

@@ -267,6 +267,7 @@ impl State {
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
                 unwind_failed: st.get(Stat::TD_STAT_VERIFY_UNWIND_FAILED),
             }),
+            uncached: st.get(Stat::TD_STAT_UNCACHED),
             cost: cost(end.prog),
             companion: end.companion.map(|(k, p)| (k, cost(p))),
             compare: None,

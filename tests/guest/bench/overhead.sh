@@ -242,9 +242,12 @@ one() {
 			sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
 			awk -v what="$1 $2 whole" '$1 > 0 { printf "%s %.1f\n", what, $2 / $1 }' >>"$TD_TMP/results"
 		td_run "$3 --companion bare" "$WINDOWS" "$WINDOW_READS"
-		mode=$(progs | awk '$2 ~ /^td_(fentry|kprobe)$/ { m = $2 } END { sub(/^td_/, "", m); print m }')
-		[ -n "$mode" ] || fail "topdown $3: no td_fentry or td_kprobe program loaded: $(progs)"
-		windows "$1" "$2" "prog:$(prog_id "^td_$mode\$")" "bare:$(prog_id "^td_bare_$mode\$")"
+		# The counting program: td_MODE, or td_MODE_any with a filter.
+		prog=$(progs | awk '$2 ~ /^td_(fentry|kprobe)(_any)?$/ { m = $2 } END { print m }')
+		mode=${prog#td_}
+		mode=${mode%_any}
+		[ -n "$mode" ] || fail "topdown $3: no td_fentry(_any) or td_kprobe(_any) program loaded: $(progs)"
+		windows "$1" "$2" "prog:$(prog_id "^$prog\$")" "bare:$(prog_id "^td_bare_$mode\$")"
 		echo "$1 $2 mode $mode" >>"$TD_TMP/results"
 		td_stop INT >/dev/null
 		[ "$TD_RC" = 0 ] || fail "topdown $3 --companion bare exited with $TD_RC: $(cat "$TD_ERR")"

@@ -28,6 +28,12 @@ show_json() {
 	SHOWN=$(topdown show deferred_split_folio --json) || fail "show failed"
 	echo "show: $SHOWN" | cut -c1-600
 }
+# watch_bytes: the pinned program's watch key (td_watch, in .bss), "0,0,0,0" while no
+# call is sent down its slow path.
+watch_bytes() {
+	bpftool map dump pinned $ROOT/deferred_split_folio/bss | grep -A1 '"why"' | tr -d ' \n' |
+		sed 's/.*\[//; s/\].*//'
+}
 
 expect_eq "nothing pinned" "$(topdown show)" \
 	"nothing is pinned (pin a function with topdown pin FUNC; pins do not survive a reboot)"
@@ -72,10 +78,14 @@ expect_eq "reader: stacks of ZAP" "$(summary_num stacks_captured)" $P
 td_start deferred_split_folio -i 1 --stack-on FAULT_ALLOC
 thp --faults $F >/dev/null || fail "thp failed"
 td_stop KILL
+# The killed reader left capture on: every call is sent to the stack gate, exact still.
+expect_eq "after SIGKILL: calls sent to the stack gate" "$(watch_bytes | cut -d, -f2)" 1
 thp --faults $F >/dev/null || fail "thp failed"
 show_json
 expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 2 * F))
 expect_eq "after SIGKILL: ZAP" "$(reason_shown ZAP)" $((P + Q + P))
+# show found no reader holding the lock: capture off, no process's calls left out.
+expect_eq "after show: watch key" "$(watch_bytes)" "0,0,0,0"
 # The killed reader's lock is gone: a new reader starts.
 td_start deferred_split_folio -d 1
 td_stop INT
