@@ -202,8 +202,7 @@ impl Config {
     /// switch (td_fentry_any, ...: TD_PATH_ANY): a filter, or
     /// --verify-caller. The common one reads none on every call.
     pub(crate) fn any_path(&self) -> bool {
-        let f = &self.filter;
-        self.verify_caller || !f.pids.is_empty() || f.cgroup.is_some() || f.cpus.is_some()
+        self.verify_caller || !self.filter.is_empty()
     }
 
     /// Writes the settings into the object's `td_config`, clamped to what

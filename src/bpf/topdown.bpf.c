@@ -196,7 +196,6 @@ enum td_abi _td_abi = TD_NR_SLOTS;
 enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 enum td_no_pid _td_no_pid = TD_NO_PID;
-enum td_path _td_path = TD_PATH_ANY;
 enum td_watch_byte _td_watch_byte = TD_WATCH_OWN;
 struct td_pids _td_pids = {};
 struct td_early_key _td_early_key = {};
@@ -1057,6 +1056,12 @@ static __always_inline void stack_gate(void *ctx, struct td_counts *c, __u64 ret
 	sample(ctx, c, ret, want);
 }
 
+/* Whether every call of path `path` is checked against an unwind (--verify-caller). */
+static __always_inline bool verifies_all(enum td_path path)
+{
+	return path == TD_PATH_ANY && cfg.verify_caller;
+}
+
 /* The caller's return address as the common path reads it: one load. */
 static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 {
@@ -1079,7 +1084,7 @@ static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind kind,
 				  enum td_path path)
 {
-	bool verify_all = path == TD_PATH_ANY && cfg.verify_caller;
+	bool verify_all = verifies_all(path);
 	__u64 quick, ret;
 	__u32 r, want;
 	bool hit;
@@ -1134,7 +1139,7 @@ static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_pat
 	__u64 e;
 
 	c = bpf_map_lookup_elem(&counts, &watch);
-	if (c && !(path == TD_PATH_ANY && cfg.verify_caller) &&
+	if (c && !verifies_all(path) &&
 	    cached(quick_caller(ctx, kind), &e)) {
 		/* the slot's counter: its byte offset is the entry's top bits */
 		(*(__u64 *)((void *)c->n + (e >> TD_SITE_SHIFT)))++;

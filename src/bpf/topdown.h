@@ -71,7 +71,7 @@ enum td_no_pid {
 	TD_NO_PID = 0xffffffffu,
 };
 
-/* The bytes of td_control.watch. */
+/* The bytes of td_watch. */
 enum td_watch_byte {
 	TD_WATCH_OWN = 0,
 	TD_WATCH_STACKS = 1,
