@@ -9,10 +9,8 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::bpf::abi::{Filters, MAX_CPUS};
 use crate::error::{Error, Result};
-
-/// The most CPUs a --cpu filter can name (the BPF side's bitmap).
-pub(crate) const MAX_CPUS: u32 = crate::bpf::skel::types::td_abi::TD_MAX_CPUS.0;
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
@@ -284,14 +282,13 @@ impl Filter {
         (!parts.is_empty()).then(|| parts.join(", "))
     }
 
-    /// The filter as reports carry it.
-    pub(crate) fn report(&self) -> Option<crate::report::FilterInfo> {
-        (!self.is_empty()).then(|| crate::report::FilterInfo {
-            pids: self.tgids(),
-            cgroup: self.cgroup.as_ref().map(|c| c.path.display().to_string()),
+    /// The filter as the BPF side takes it.
+    pub(crate) fn for_bpf(&self) -> Filters {
+        Filters {
+            tgids: self.tgids(),
+            cgroup: self.cgroup.as_ref().map(|c| c.fd.clone()),
             cpus: self.cpus.clone(),
-            text: self.describe().unwrap_or_default(),
-        })
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::plan::{Files, Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
-use crate::reasons::{self, Mapper};
+use crate::reasons::{self, Mapper, NameTable};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
 use crate::report::saved::{self, Saved};
 use crate::report::{self, Summary};
@@ -288,7 +288,7 @@ fn attach_target<'obj>(
         deep,
         deep_depth: deep_depth(target),
         stacks: extra.stacks,
-        filter: extra.filter,
+        filter: extra.filter.for_bpf(),
     };
     let attached = attach::attach(
         storage,

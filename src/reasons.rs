@@ -4,7 +4,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::bpf::abi::{Deep, FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
-use crate::bpf::maps::{Claim, Maps};
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
 
@@ -191,6 +190,24 @@ impl SourcePattern {
     }
 }
 
+/// What claiming a slot's name found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The slot now has the name (it was free, or already had it).
+    Ours,
+    /// Another process named the slot first.
+    Taken(String),
+}
+
+/// The table of reason names that the processes reading one BPF object
+/// share (the names map, `bpf::maps::Maps`), so that they agree on slots.
+pub(crate) trait NameTable {
+    /// Every slot's name recorded so far, by slot.
+    fn names(&self) -> Result<Vec<(u32, String)>>;
+    /// Records `name` for `slot` unless another process named it first.
+    fn claim_name(&self, slot: u32, name: &str) -> Result<Claim>;
+}
+
 /// Maps call sites to reason slots: through the profile's caller table
 /// where it names the caller, else one reason per caller function.
 #[derive(Debug)]
@@ -265,7 +282,7 @@ impl Mapper {
     /// just allocated it): claims it there, or, if another process named the
     /// slot first, adopts that and allocates the name again. Returns the
     /// slot the name ends up with.
-    pub(crate) fn claim(&mut self, maps: &Maps, mut slot: u32) -> Result<u32> {
+    pub(crate) fn claim(&mut self, maps: &dyn NameTable, mut slot: u32) -> Result<u32> {
         loop {
             if Reasons::is_special(slot) {
                 return Ok(slot);
@@ -283,7 +300,7 @@ impl Mapper {
 
     /// Claims every slot this table has named (a fresh object's profile
     /// reasons, in order), then adopts whatever else the names map holds.
-    pub(crate) fn sync(&mut self, maps: &Maps) -> Result<()> {
+    pub(crate) fn sync(&mut self, maps: &dyn NameTable) -> Result<()> {
         let named: Vec<u32> = self.reasons.named().map(|(s, _)| s).collect();
         for s in named {
             let name = self.reasons.name(s).to_string();

@@ -4,9 +4,10 @@
 //! hold. Nothing here touches the kernel.
 
 use std::mem::size_of;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use crate::bpf::skel::types;
-use crate::filter::{Filter, MAX_CPUS};
 
 /// Reason slots in the per-CPU counter array.
 pub(crate) const NR_SLOTS: usize = types::td_abi::TD_NR_SLOTS.0 as usize;
@@ -23,6 +24,8 @@ pub(crate) const MAX_DEEP_RULES: usize = types::td_abi::TD_MAX_RULES.0 as usize;
 pub(crate) const MAX_RULE_DEPTH: u32 = types::td_abi::TD_MAX_RULE_DEPTH.0;
 pub(crate) const MAX_STACK_FRAMES: u32 = types::td_abi::TD_MAX_FRAMES.0;
 pub(crate) const MAX_STACK_RANGES: usize = types::td_abi::TD_MAX_STACK_RANGES.0 as usize;
+/// The most CPUs a --cpu filter can name (the BPF side's bitmap).
+pub(crate) const MAX_CPUS: u32 = types::td_abi::TD_MAX_CPUS.0;
 /// FUNC's entry frame lies within this many bytes of FUNC.
 pub(crate) const ENTRY_WINDOW: u64 = types::td_abi::TD_ENTRY_WINDOW.0 as u64;
 #[cfg(test)]
@@ -194,7 +197,25 @@ pub(crate) struct Config {
     pub(crate) stacks: bool,
     /// Which calls count (the pids and the cgroup also go into maps, after
     /// load: `probe::set_filter`).
-    pub(crate) filter: Filter,
+    pub(crate) filter: Filters,
+}
+
+/// Which calls count, as the BPF side takes them: plain values, checked
+/// against the machine by `filter::Filter`, which makes them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filters {
+    /// The thread groups counted; empty: every process.
+    pub(crate) tgids: Vec<u32>,
+    /// The cgroup (v2) directory whose tasks count, open; None: every cgroup.
+    pub(crate) cgroup: Option<Arc<OwnedFd>>,
+    /// The CPUs counted; None: every CPU.
+    pub(crate) cpus: Option<Vec<u32>>,
+}
+
+impl Filters {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tgids.is_empty() && self.cgroup.is_none() && self.cpus.is_none()
+    }
 }
 
 impl Config {
@@ -217,7 +238,7 @@ impl Config {
         let known = self.deep.as_ref().map_or(0, Deep::depth);
         dst.deep_depth = self.deep_depth.min(MAX_RULE_DEPTH).max(known);
         let f = &self.filter;
-        dst.filter_pids = (!f.pids.is_empty()).into();
+        dst.filter_pids = (!f.tgids.is_empty()).into();
         dst.filter_cgroup = f.cgroup.is_some().into();
         dst.filter_cpus = f.cpus.is_some().into();
         dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus != 0).into();
@@ -731,9 +752,9 @@ mod tests {
         };
         assert!(verify.any_path());
         let filtered = Config {
-            filter: Filter {
+            filter: Filters {
                 cpus: Some(vec![0]),
-                ..Filter::default()
+                ..Filters::default()
             },
             ..Config::default()
         };
@@ -744,9 +765,9 @@ mod tests {
     fn cpu_filters_become_a_bitmap() {
         let mut dst = types::td_config::default();
         Config {
-            filter: Filter {
+            filter: Filters {
                 cpus: Some(vec![0, 3, 64, MAX_CPUS - 1]),
-                ..Filter::default()
+                ..Filters::default()
             },
             ..Config::default()
         }

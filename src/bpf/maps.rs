@@ -12,6 +12,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use crate::bpf::abi::{self, Pending, PerCpu, MAX_STACK_RANGES, SLOT_NONE};
 use crate::bpf::skel::{types, TopdownSkel};
 use crate::error::{Error, Result};
+use crate::reasons::{Claim, NameTable};
 
 const ZERO_KEY: [u8; 4] = 0u32.to_ne_bytes();
 const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
@@ -115,15 +116,6 @@ const WATCH_STACKS: usize = types::td_watch_byte::TD_WATCH_STACKS.0 as usize;
 /// As publish.
 unsafe fn set_watch(watch: *mut types::td_watch, byte: usize, on: bool) {
     std::ptr::write_volatile(std::ptr::addr_of_mut!((*watch).why[byte]), on.into());
-}
-
-/// What claiming a slot's name found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Claim {
-    /// The slot now has the name (it was free, or already had it).
-    Ours,
-    /// Another process named the slot first.
-    Taken(String),
 }
 
 pub(crate) struct Maps {
@@ -467,50 +459,6 @@ impl Maps {
         }
     }
 
-    /// Every slot's name recorded so far.
-    pub(crate) fn names(&self) -> Result<Vec<(u32, String)>> {
-        let mut out = Vec::new();
-        for key in self.names.keys() {
-            let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
-                continue;
-            };
-            if let Some(v) = self
-                .names
-                .lookup(&k, MapFlags::ANY)
-                .map_err(|e| Error::bpf("reading the reason names", e))?
-            {
-                out.push((u32::from_ne_bytes(k), c_str(&v)));
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    /// Records `name` for `slot` unless another process named it first.
-    pub(crate) fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
-        let value = name_value(name);
-        match self
-            .names
-            .update(&slot.to_ne_bytes(), &value, MapFlags::NO_EXIST)
-        {
-            Ok(()) => Ok(Claim::Ours),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
-                let held = self
-                    .names
-                    .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(|e| Error::bpf("reading the reason names", e))?
-                    .map(|v| c_str(&v))
-                    .unwrap_or_default();
-                Ok(if held == c_str(&value) {
-                    Claim::Ours
-                } else {
-                    Claim::Taken(held)
-                })
-            }
-            Err(e) => Err(Error::bpf("naming a reason slot", e)),
-        }
-    }
-
     /// The meta map's text (empty if never written).
     pub(crate) fn meta(&self) -> Result<String> {
         let v = self
@@ -632,6 +580,52 @@ impl Maps {
     #[cfg(test)]
     pub(crate) fn control_ptr(&self) -> (*mut types::td_control, *mut types::td_watch) {
         (self.ctl(), self.watch())
+    }
+}
+
+impl NameTable for Maps {
+    /// Every slot's name recorded so far.
+    fn names(&self) -> Result<Vec<(u32, String)>> {
+        let mut out = Vec::new();
+        for key in self.names.keys() {
+            let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            if let Some(v) = self
+                .names
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| Error::bpf("reading the reason names", e))?
+            {
+                out.push((u32::from_ne_bytes(k), c_str(&v)));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Records `name` for `slot` unless another process named it first.
+    fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
+        let value = name_value(name);
+        match self
+            .names
+            .update(&slot.to_ne_bytes(), &value, MapFlags::NO_EXIST)
+        {
+            Ok(()) => Ok(Claim::Ours),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                let held = self
+                    .names
+                    .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| Error::bpf("reading the reason names", e))?
+                    .map(|v| c_str(&v))
+                    .unwrap_or_default();
+                Ok(if held == c_str(&value) {
+                    Claim::Ours
+                } else {
+                    Claim::Taken(held)
+                })
+            }
+            Err(e) => Err(Error::bpf("naming a reason slot", e)),
+        }
     }
 }
 

@@ -12,7 +12,6 @@ use crate::bpf::abi::{self, Config, SLOT_NONE};
 use crate::bpf::maps::{self, Maps};
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
-use crate::filter::Filter;
 use crate::host::Features;
 
 /// How the traced function is hooked.
@@ -221,25 +220,25 @@ fn open_for<'obj>(
 
 /// Puts the filter's pids and cgroup into their maps: after load, before
 /// anything is attached.
-pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &Filter) -> Result<()> {
+pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &abi::Filters) -> Result<()> {
     use libbpf_rs::{MapCore, MapFlags};
-    if !filter.pids.is_empty() {
+    if !filter.tgids.is_empty() {
         skel.maps
             .pids
             .update(
                 &0u32.to_ne_bytes(),
-                &abi::pid_list(&filter.tgids()),
+                &abi::pid_list(&filter.tgids),
                 MapFlags::ANY,
             )
             .map_err(|e| Error::bpf("setting the pid filter", e))?;
     }
-    if let Some(c) = &filter.cgroup {
+    if let Some(fd) = &filter.cgroup {
         use std::os::fd::AsRawFd;
         skel.maps
             .cgroup_filter
             .update(
                 &0u32.to_ne_bytes(),
-                &(c.fd.as_raw_fd() as u32).to_ne_bytes(),
+                &(fd.as_raw_fd() as u32).to_ne_bytes(),
                 MapFlags::ANY,
             )
             .map_err(|e| Error::bpf("setting the cgroup filter", e))?;

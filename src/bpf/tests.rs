@@ -182,7 +182,7 @@ fn filtered(filter: Filter, f: impl FnOnce(&Probe<'_>, u64)) -> u64 {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        filter,
+        filter: filter.for_bpf(),
         ..Config::default()
     };
     let p = selftest::load(&mut storage, &config);
@@ -298,7 +298,7 @@ fn xlated_len(filter: Filter) -> u32 {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        filter,
+        filter: filter.for_bpf(),
         ..Config::default()
     };
     let p = selftest::load(&mut storage, &config);

@@ -1,7 +1,7 @@
 //! The built-in profiles: `profiles/NAME.toml`, embedded in the binary.
 
 use crate::kallsyms::base_name;
-use crate::profile::Profile;
+use crate::profile::model::Profile;
 
 /// `(NAME, text of profiles/NAME.toml)` for each listed name.
 macro_rules! builtin_files {
@@ -211,7 +211,7 @@ mod domain_tests {
     use super::builtin;
     use crate::kallsyms::Kallsyms;
     use crate::profile::resolve::resolve;
-    use crate::profile::Resolved;
+    use crate::profile::resolve::Resolved;
 
     /// A kallsyms text with one function per 0x1000 bytes, each followed
     /// by a filler so that no ranges merge.

@@ -3,8 +3,8 @@
 //! and the BPF tables of callers whose reason depends on deeper frames.
 
 use crate::bpf::abi::{Deep, DeepCaller, DeepRule};
+use crate::profile::resolve::Resolved;
 use crate::profile::validate::FILE_PREFIX;
-use crate::profile::Resolved;
 use crate::reasons::{Mapper, SourcePattern};
 
 /// What a profile (or none) turns into.

@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 
 use crate::bpf::abi::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
 use crate::kallsyms::Kallsyms;
+use crate::profile::model::Profile;
 use crate::profile::resolve::all_functions;
-use crate::profile::{Profile, Resolved};
+use crate::profile::resolve::Resolved;
 
 /// `ffffffff81001010`, or `ffffffff81002000 (.isra.0), ...` for clones, or
 /// `missing`.

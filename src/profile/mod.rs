@@ -7,7 +7,7 @@
 //! topdown(8) (man/topdown.8, PROFILES), the one place they are written
 //! down; the tests here hold the code to it.
 //!
-//! The pipeline: `parse` reads a file or `--rules` into drafts, `validate`
+//! `model` holds the types the stages share. The pipeline: `parse` reads a file or `--rules` into drafts, `validate`
 //! checks them into a `Profile`, `builtin` embeds `profiles/*.toml`,
 //! `resolve` maps a profile onto the running kernel's symbols, `describe`
 //! lists the result (`--list-reasons`), and `compile` turns it into reason
@@ -16,6 +16,7 @@
 mod builtin;
 mod compile;
 mod describe;
+mod model;
 mod parse;
 mod resolve;
 mod validate;
@@ -23,43 +24,8 @@ mod validate;
 pub(crate) use builtin::{builtin, builtin_for, builtins};
 pub(crate) use compile::{compile, Compiled};
 pub(crate) use describe::describe;
-pub(crate) use resolve::{resolve, Resolved};
-
-/// The profile format version this code reads.
-pub(crate) const VERSION: u32 = 1;
-/// Frames searched above the caller when a rule gives no `depth`.
-pub(crate) const DEFAULT_DEPTH: u32 = 8;
-
-/// A validated profile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Profile {
-    /// Where it came from, for messages: a path, `built-in profile NAME` or
-    /// `--rules`.
-    pub origin: String,
-    /// The traced function it was written for (none for the inline form).
-    pub function: Option<String>,
-    pub description: String,
-    pub reasons: Vec<Reason>,
-}
-
-/// One named reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Reason {
-    pub name: String,
-    pub description: String,
-    /// Caller functions (base names).
-    pub callers: Vec<String>,
-    /// None: the reason is the default of its callers; Some: a rule.
-    pub within: Option<Within>,
-}
-
-/// A rule's condition: a frame within `depth` frames above the caller lies
-/// in one of `functions`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Within {
-    pub functions: Vec<String>,
-    pub depth: u32,
-}
+pub(crate) use model::Profile;
+pub(crate) use resolve::resolve;
 
 #[cfg(test)]
 pub(crate) mod fixtures {

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
+use crate::profile::model::{Profile, VERSION};
 use crate::profile::validate::{check_function, validate, Draft, FILE_PREFIX};
-use crate::profile::{Profile, VERSION};
 
 /// The file as written; `Spanned` keeps byte offsets for messages.
 #[derive(Deserialize)]
@@ -173,7 +173,7 @@ impl Profile {
 mod tests {
     use super::*;
     use crate::profile::fixtures::*;
-    use crate::profile::{Within, DEFAULT_DEPTH};
+    use crate::profile::model::{Within, DEFAULT_DEPTH};
 
     #[test]
     fn a_valid_file_parses() {

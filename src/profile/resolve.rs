@@ -6,8 +6,8 @@ use std::path::Path;
 use crate::bpf::abi::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
 use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
+use crate::profile::model::{Profile, Reason};
 use crate::profile::validate::FILE_PREFIX;
-use crate::profile::{Profile, Reason};
 
 /// A profile resolved against the running kernel's symbols.
 ///

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use crate::bpf::abi::MAX_RULE_DEPTH;
 use crate::error::{Error, Result};
 use crate::kallsyms::base_name;
-use crate::profile::{Reason, Within, DEFAULT_DEPTH};
+use crate::profile::model::{Reason, Within, DEFAULT_DEPTH};
 use crate::reasons::{MAX_REASONS, OTHER_NAME};
 
 /// A reason as written in either form, with where each part came from.

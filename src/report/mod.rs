@@ -197,6 +197,18 @@ pub(crate) struct FilterInfo {
     pub(crate) text: String,
 }
 
+impl FilterInfo {
+    /// The filter as reports carry it; None without one.
+    pub(crate) fn of(f: &crate::filter::Filter) -> Option<FilterInfo> {
+        (!f.is_empty()).then(|| FilterInfo {
+            pids: f.tgids(),
+            cgroup: f.cgroup.as_ref().map(|c| c.path.display().to_string()),
+            cpus: f.cpus.clone(),
+            text: f.describe().unwrap_or_default(),
+        })
+    }
+}
+
 /// The cheap caller lookup checked against a full unwind (--verify-caller).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Verify {

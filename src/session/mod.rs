@@ -25,7 +25,7 @@ use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
 use crate::report::compare::{self, Baseline, RunInfo, Side};
-use crate::report::{self, Pinned, Process, ReasonRow, Stack, Summary};
+use crate::report::{self, FilterInfo, Pinned, Process, ReasonRow, Stack, Summary};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
@@ -350,7 +350,7 @@ pub(crate) fn run(
             companion: companion.map(|(kind, c)| (kind.name(), c)),
             verify_caller: opts.verify_caller,
             info: &info,
-            filter: filter.report(),
+            filter: FilterInfo::of(&filter),
         },
         &mapper.reasons,
     );
