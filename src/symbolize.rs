@@ -74,7 +74,7 @@ fn location(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
 
 impl Symbols {
     /// `vmlinux`: a debug kernel image for inlined frames and source lines
-    /// (plan::debug_vmlinux finds one); without it, kallsyms only.
+    /// (host::debug_vmlinux finds one); without it, kallsyms only.
     pub(crate) fn new(vmlinux: Option<PathBuf>, verbose: bool) -> Self {
         let kernel = vmlinux.map(|v| {
             Source::Kernel(Kernel {

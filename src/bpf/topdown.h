@@ -163,9 +163,11 @@ enum td_path {
 
 /* Everything the programs are given before load (frozen in .rodata). */
 struct td_config {
-	/* Self-test only: the traced function's entry (the programs ask the
-	 * kernel, bpf_get_func_ip, so they are right whichever of several
-	 * same-named functions they are attached to). */
+	/* The traced function's entry as kallsyms gives it: the self-test's
+	 * FUNC, and arm64's second check of the call before a kprobe's link
+	 * register. Otherwise the programs ask the kernel (bpf_get_func_ip),
+	 * so they are right whichever of several same-named functions they
+	 * are attached to. */
 	__u64 func_addr;
 	__u32 stack_bytes;	/* bytes of each stack to capture */
 	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
@@ -241,7 +243,7 @@ struct td_range {
 };
 
 /*
- * What user space changes at run time (mmap'ed .bss). To move capture,
+ * What user space changes at run time (mmap'ed .data). To move capture,
  * user space sets reason to TD_SLOT_NONE, publishes nr_ranges = 0, writes
  * the ranges, publishes nr_ranges, and last sets the new reason. The BPF
  * side reads each field once.
