@@ -309,7 +309,12 @@ fn drops_line(s: &mut String, drops: &Drops) {
 
 /// A length of time as `1d 2h 3m 4s`, largest units first, zeros left out.
 fn age(secs: f64) -> String {
-    let mut left = secs.max(0.0) as u64;
+    // Under a minute in tenths, as the live summary shows it: a pin less
+    // than a second old is not "0s" old.
+    if secs < 60.0 {
+        return format!("{:.1}s", secs.max(0.0));
+    }
+    let mut left = secs as u64;
     let mut parts = Vec::new();
     for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
         if left >= size {
@@ -661,7 +666,8 @@ pub(crate) mod tests {
             "reasons without calls are left out: {t}"
         );
         assert!(t.ends_with("own calls=0\n"), "{t}");
-        assert_eq!(age(0.4), "0s");
+        assert_eq!(age(0.4), "0.4s");
+        assert_eq!(age(60.0), "1m");
         assert_eq!(age(90061.0), "1d 1h 1m 1s");
     }
 
