@@ -133,39 +133,121 @@ pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
     )))
 }
 
-/// Kernel features the attach methods need. A missing one is reported as
-/// the reason its method cannot be used, without trying it.
+/// Kernel features the attach methods need, and the optional ones the
+/// programs are chosen by, each probed (never inferred from the release). A
+/// missing required one is reported as the reason its method cannot be
+/// used, without trying it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Features {
     /// Kernel BTF, which fentry needs.
     pub(crate) btf: bool,
     /// kprobe events (CONFIG_KPROBES and CONFIG_KPROBE_EVENTS).
     pub(crate) kprobes: bool,
+    /// BPF ring buffers (Linux 5.8), which carry the stacks.
+    pub(crate) ringbuf: bool,
     /// Hash maps whose entries are allocated on demand (BPF_F_NO_PREALLOC)
-    /// in programs of every kind: Linux 6.1 and later (its BPF memory
-    /// allocator); before, tracing programs need preallocated ones.
+    /// in programs of every kind: the BPF memory allocator (Linux 6.1);
+    /// before, tracing programs need preallocated ones.
     pub(crate) on_demand_hash: bool,
-    /// The bpf_loop helper: Linux 5.17 and later.
+    /// The bpf_loop helper (Linux 5.17).
     pub(crate) loop_helper: bool,
+    /// The bpf_get_func_ip helper (Linux 5.15); without it the programs
+    /// take FUNC's address from kallsyms.
+    pub(crate) func_ip_helper: bool,
+    /// The bpf_get_func_arg_cnt helper (Linux 5.17), which fentry's
+    /// one-load common path needs.
+    pub(crate) arg_cnt_helper: bool,
 }
 
 impl Features {
     pub(crate) fn probe() -> Self {
         // Without sysfs we cannot tell: let the attach attempt say.
         let pmus = Path::new(PMU_DIR);
-        let release = kernel_release();
-        let at_least = |want| {
-            release
-                .as_deref()
-                .is_some_and(|r| release_at_least(r, want))
+        let btf = Path::new(BTF_PATH).exists();
+        // Tracing-only helpers cannot be probed with a program of their own
+        // (it needs an attach target): the kernel's BTF names them, as
+        // values of enum bpf_func_id, and the allocator, as a type.
+        let names = if btf {
+            btf_has_names(
+                &fs::read(BTF_PATH).unwrap_or_default(),
+                &["BPF_FUNC_get_func_arg_cnt", "bpf_mem_alloc"],
+            )
+        } else {
+            vec![false; 2]
         };
         Features {
-            btf: Path::new(BTF_PATH).exists(),
+            btf,
             kprobes: !pmus.exists() || pmus.join("kprobe").exists(),
-            on_demand_hash: at_least((6, 1)),
-            loop_helper: at_least((5, 17)),
+            ringbuf: map_type_supported(libbpf_sys::BPF_MAP_TYPE_RINGBUF),
+            on_demand_hash: names[1],
+            loop_helper: helper_supported(libbpf_sys::BPF_FUNC_loop),
+            func_ip_helper: helper_supported(libbpf_sys::BPF_FUNC_get_func_ip),
+            arg_cnt_helper: names[0],
         }
     }
+
+    /// Fails, naming what is missing and the Linux release that brought
+    /// it, unless this kernel has what every way of tracing needs.
+    pub(crate) fn check_floor(&self) -> Result<()> {
+        if !self.ringbuf {
+            return Err(Error::msg(format!(
+                "this {ARCH} kernel has no BPF ring buffers (BPF_MAP_TYPE_RINGBUF, \
+                 Linux 5.8), which carry the stacks: topdown needs Linux {OLDEST_KERNEL} or later"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The oldest kernel topdown is tested on (Debian 11's).
+pub(crate) const OLDEST_KERNEL: &str = "5.10";
+
+/// Whether a kprobe program may call `helper` here (the helpers topdown
+/// probes are offered to every tracing program type alike); false if the
+/// probe itself fails.
+fn helper_supported(helper: libbpf_sys::bpf_func_id) -> bool {
+    // SAFETY: a probe that loads a two-instruction program; no options.
+    unsafe {
+        libbpf_sys::libbpf_probe_bpf_helper(
+            libbpf_sys::BPF_PROG_TYPE_KPROBE,
+            helper,
+            std::ptr::null(),
+        ) == 1
+    }
+}
+
+/// Whether the kernel creates maps of type `map_type`.
+fn map_type_supported(map_type: libbpf_sys::bpf_map_type) -> bool {
+    // SAFETY: a probe that creates and closes a small map; no options.
+    unsafe { libbpf_sys::libbpf_probe_bpf_map_type(map_type, std::ptr::null()) == 1 }
+}
+
+/// For each of `names`, whether raw BTF `btf` has it in its string
+/// section (every type, member and enumerator name is there, once).
+fn btf_has_names(btf: &[u8], names: &[&str]) -> Vec<bool> {
+    let mut found = vec![false; names.len()];
+    let word = |at: usize| -> Option<usize> {
+        let b = btf.get(at..at + 4)?;
+        Some(u32::from_ne_bytes(b.try_into().ok()?) as usize)
+    };
+    // struct btf_header: magic (0xeb9f), version, flags, hdr_len, type_off,
+    // type_len, str_off, str_len.
+    if btf.get(0..2) != Some(&0xeb9fu16.to_ne_bytes()[..]) {
+        return found;
+    }
+    let (Some(hdr_len), Some(str_off), Some(str_len)) = (word(4), word(16), word(20)) else {
+        return found;
+    };
+    let start = hdr_len.saturating_add(str_off);
+    let Some(strs) = btf.get(start..start.saturating_add(str_len)) else {
+        return found;
+    };
+    for s in strs.split(|&b| b == 0) {
+        if let Some(i) = names.iter().position(|n| n.as_bytes() == s) {
+            found[i] = true;
+        }
+    }
+    found
 }
 
 /// The running kernel's release, as `uname -r` prints it.
@@ -173,17 +255,6 @@ pub(crate) fn kernel_release() -> Option<String> {
     fs::read_to_string("/proc/sys/kernel/osrelease")
         .ok()
         .map(|r| r.trim().to_string())
-}
-
-/// Whether a kernel release ("6.12.117+deb13-cloud-amd64") is at least
-/// major.minor; false if it cannot be read.
-fn release_at_least(release: &str, want: (u32, u32)) -> bool {
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let mut num = || parts.next().and_then(|p| p.parse::<u32>().ok());
-    match (num(), num()) {
-        (Some(major), Some(minor)) => (major, minor) >= want,
-        _ => false,
-    }
 }
 
 /// The debug vmlinux stacks and source patterns are resolved with: the
@@ -254,15 +325,26 @@ mod tests {
         assert_eq!(ARCH, "arm64");
     }
 
+    /// Raw BTF with the given string section (no types).
+    fn raw_btf(strs: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0xeb9fu16.to_ne_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for w in [24u32, 0, 0, 0, strs.len() as u32] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.extend_from_slice(strs);
+        b
+    }
+
     #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        assert!(release_at_least("6.12.117+deb13-cloud-amd64\n", (6, 1)));
-        assert!(release_at_least("6.1.0-50-cloud-amd64", (6, 1)));
-        assert!(release_at_least("7.0", (6, 1)));
-        assert!(!release_at_least("6.0.19", (6, 1)));
-        assert!(!release_at_least("5.15.0-91-generic", (6, 1)));
-        assert!(!release_at_least("", (6, 1)));
-        assert!(!release_at_least("garbage", (6, 1)));
+    fn btf_names_are_whole_strings_of_the_string_section() {
+        let btf = raw_btf(b"\0BPF_FUNC_loop\0bpf_mem_alloc_x\0int\0");
+        let names = ["BPF_FUNC_loop", "bpf_mem_alloc", "int", "in"];
+        assert_eq!(btf_has_names(&btf, &names), [true, false, true, false]);
+        // Not BTF, or cut short: nothing is there.
+        assert_eq!(btf_has_names(b"\0BPF_FUNC_loop\0", &names[..1]), [false]);
+        assert_eq!(btf_has_names(&btf[..30], &names[..1]), [false]);
     }
 
     #[test]

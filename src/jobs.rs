@@ -224,19 +224,28 @@ struct Loaded<'obj> {
 
 /// Whether kernel symbols are needed before the counting program is
 /// loaded: arm64 unwinds compare frames with the function's kallsyms
-/// address, a --stack-on name that is no reason must be checked against
+/// address, as do programs on a kernel without bpf_get_func_ip, a
+/// --stack-on name that is no reason must be checked against
 /// kernel functions before anything is attached, and `rules_at_load` asks
 /// for the deeper-frame rules at load. Otherwise /proc/kallsyms (the
 /// longest step of start-up: the kernel formats every symbol) is read once
 /// the program counts, and the rules are filled in then: calls before are
 /// counted with the frames the rules look at (the early table).
-fn symbols_before_load(target: &Target, stack_on: Option<&str>, rules_at_load: bool) -> bool {
+fn symbols_before_load(
+    target: &Target,
+    stack_on: Option<&str>,
+    rules_at_load: bool,
+    host: &host::Features,
+) -> bool {
     let profile = target.profile.as_ref();
     let function_named = stack_on.is_some_and(|name| {
         !reasons::is_not_found(name)
             && !profile.is_some_and(|p| p.reasons.iter().any(|r| r.name == name))
     });
-    cfg!(target_arch = "aarch64") || (rules_at_load && deep_depth(target) > 0) || function_named
+    cfg!(target_arch = "aarch64")
+        || !host.func_ip_helper
+        || (rules_at_load && deep_depth(target) > 0)
+        || function_named
 }
 
 /// The deepest frame a deeper-frame rule of the target's profile looks
@@ -262,7 +271,9 @@ fn attach_target<'obj>(
 ) -> Result<Attached<'obj>> {
     let func = target.func.as_str();
     host::check_addresses_visible()?;
-    let early = if symbols_before_load(target, stack_on, extra.rules_at_load) {
+    let features = host::Features::probe();
+    features.check_floor()?;
+    let early = if symbols_before_load(target, stack_on, extra.rules_at_load, &features) {
         let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
         let ksyms = host::load_kallsyms()?;
         let func_addr = host::resolve_function(&ksyms, func)?;
@@ -278,7 +289,6 @@ fn attach_target<'obj>(
         Some((_, c, addr, _)) => (Some(c.deep.clone()), *addr),
         None => (None, 0),
     };
-    let features = host::Features::probe();
     let config = Config {
         func_addr,
         verify_caller: extra.verify_caller,

@@ -25,4 +25,5 @@ mod session;
 mod symbolize;
 mod version;
 
+pub use bpf::log::route_libbpf_messages;
 pub use error::{Error, Result};

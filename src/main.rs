@@ -14,11 +14,9 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let result = Plan::from_cli(&cli).and_then(|plan| {
-        if !plan.verbose {
-            // Refusals are explained in one line of our own; libbpf's
-            // lines would only repeat them.
-            libbpf_rs::set_print(None);
-        }
+        // Refusals are explained in one line of our own (quoting the
+        // verifier); libbpf's lines are shown with -v only.
+        topdown::route_libbpf_messages(plan.verbose);
         match plan.job {
             Job::ListProfiles => jobs::list_profiles().map(done),
             Job::ListReasons(target) => jobs::list_reasons(&target).map(done),

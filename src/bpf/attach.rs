@@ -93,7 +93,8 @@ fn try_fentry<'obj>(
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.btf {
         return Err(format!(
-            "this {} kernel has no BTF ({} is missing)",
+            "this {} kernel has no BTF ({} is missing; Linux 5.4 and later export it, \
+             built with CONFIG_DEBUG_INFO_BTF)",
             crate::host::ARCH,
             crate::host::BTF_PATH
         ));
@@ -106,8 +107,8 @@ fn try_fentry<'obj>(
         .load()
         .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
-    let any = config.any_path();
-    let link = probe::counting(&skel, Some(Mode::Fentry), any)
+    let which = probe::Counting::of(config, host);
+    let link = probe::counting(&skel, Some(Mode::Fentry), which)
         .attach_trace()
         .map_err(|e| {
             let err = Error::bpf("attach", e);
@@ -123,7 +124,7 @@ fn try_fentry<'obj>(
             }
         })?;
     let mut probe =
-        Probe::new(skel, Mode::Fentry, any, func, Some(link)).map_err(|e| e.to_string())?;
+        Probe::new(skel, Mode::Fentry, which, func, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }
@@ -141,13 +142,21 @@ fn fentry_refusal(err: &Error, func: &str) -> String {
              so fentry cannot attach to it"
         ),
         Some(ENOTSUPP) | Some(libc::EOPNOTSUPP) => no_trampolines(),
-        _ => format!("the fentry program failed: {err}"),
+        _ => format!("the fentry program failed: {err}{}", verifier_says()),
     }
+}
+
+/// The verifier's reason for refusing the program just loaded, as a
+/// suffix ("" if it gave none).
+fn verifier_says() -> String {
+    crate::bpf::log::take_verifier_reason()
+        .map(|r| format!(" (the verifier says: {r})"))
+        .unwrap_or_default()
 }
 
 fn no_trampolines() -> String {
     format!(
-        "this {} kernel has no BPF trampolines (fentry unsupported)",
+        "this {} kernel has no BPF trampolines (fentry: Linux 5.5 on x86_64, 6.0 on arm64)",
         crate::host::ARCH
     )
 }
@@ -161,7 +170,7 @@ fn try_kprobe<'obj>(
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.kprobes {
         return Err(format!(
-            "this {} kernel has no kprobes (CONFIG_KPROBES is off)",
+            "this {} kernel has no kprobes (CONFIG_KPROBES is off; BPF kprobe programs: Linux 4.1)",
             crate::host::ARCH
         ));
     }
@@ -170,7 +179,11 @@ fn try_kprobe<'obj>(
         .map_err(|e| e.to_string())?;
     let skel = open.load().map_err(|e| {
         if host.btf {
-            format!("the kprobe program failed to {}", Error::bpf("load", e))
+            format!(
+                "the kprobe program failed to {}{}",
+                Error::bpf("load", e),
+                verifier_says()
+            )
         } else {
             // Its pt_regs accesses are CO-RE relocations, which libbpf
             // resolves against the kernel's BTF.
@@ -181,8 +194,8 @@ fn try_kprobe<'obj>(
         }
     })?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
-    let any = config.any_path();
-    let link = probe::counting(&skel, Some(Mode::Kprobe), any)
+    let which = probe::Counting::of(config, host);
+    let link = probe::counting(&skel, Some(Mode::Kprobe), which)
         .attach_kprobe(false, func)
         .map_err(|e| {
             let err = Error::bpf("attach", e);
@@ -198,7 +211,7 @@ fn try_kprobe<'obj>(
             }
         })?;
     let mut probe =
-        Probe::new(skel, Mode::Kprobe, any, func, Some(link)).map_err(|e| e.to_string())?;
+        Probe::new(skel, Mode::Kprobe, which, func, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }

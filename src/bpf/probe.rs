@@ -119,14 +119,24 @@ fn open_for<'obj>(
     };
     let fentry = mode == Some(Mode::Fentry);
     let kprobe = mode == Some(Mode::Kprobe);
-    let any = config.any_path();
+    let Counting { any, loops } = Counting::of(config, host);
     let p = &mut open.progs;
-    p.td_fentry.set_autoload(fentry && !any);
-    p.td_fentry_any.set_autoload(fentry && any);
-    p.td_kprobe.set_autoload(kprobe && !any);
-    p.td_kprobe_any.set_autoload(kprobe && any);
-    p.td_selftest.set_autoload(mode.is_none() && !any);
-    p.td_selftest_any.set_autoload(mode.is_none() && any);
+    for (prog, kind, a, l) in [
+        (&mut p.td_fentry, fentry, false, true),
+        (&mut p.td_fentry_any, fentry, true, true),
+        (&mut p.td_fentry_nl, fentry, false, false),
+        (&mut p.td_fentry_any_nl, fentry, true, false),
+        (&mut p.td_kprobe, kprobe, false, true),
+        (&mut p.td_kprobe_any, kprobe, true, true),
+        (&mut p.td_kprobe_nl, kprobe, false, false),
+        (&mut p.td_kprobe_any_nl, kprobe, true, false),
+        (&mut p.td_selftest, mode.is_none(), false, true),
+        (&mut p.td_selftest_any, mode.is_none(), true, true),
+        (&mut p.td_selftest_nl, mode.is_none(), false, false),
+        (&mut p.td_selftest_any_nl, mode.is_none(), true, false),
+    ] {
+        prog.set_autoload(kind && a == any && l == loops);
+    }
     p.td_empty_fentry
         .set_autoload(companion == Some(Companion::Fentry));
     p.td_empty_fexit
@@ -138,10 +148,16 @@ fn open_for<'obj>(
     for prog in [
         &mut p.td_fentry,
         &mut p.td_fentry_any,
+        &mut p.td_fentry_nl,
+        &mut p.td_fentry_any_nl,
         &mut p.td_kprobe,
         &mut p.td_kprobe_any,
+        &mut p.td_kprobe_nl,
+        &mut p.td_kprobe_any_nl,
         &mut p.td_selftest,
         &mut p.td_selftest_any,
+        &mut p.td_selftest_nl,
+        &mut p.td_selftest_any_nl,
         &mut p.td_empty_fentry,
         &mut p.td_empty_fexit,
         &mut p.td_bare_fentry,
@@ -155,6 +171,8 @@ fn open_for<'obj>(
         for prog in [
             &mut p.td_fentry,
             &mut p.td_fentry_any,
+            &mut p.td_fentry_nl,
+            &mut p.td_fentry_any_nl,
             &mut p.td_empty_fentry,
             &mut p.td_empty_fexit,
             &mut p.td_bare_fentry,
@@ -209,8 +227,9 @@ fn open_for<'obj>(
         .as_deref_mut()
         .expect("the BPF object has .rodata");
     config.write(&mut ro.cfg);
-    // With bpf_loop the rules' walk is verified once, whatever their number.
-    ro.cfg.loop_helper = host.loop_helper.into();
+    // Helpers the kernel may lack: each has a way round it.
+    ro.cfg.func_ip_helper = host.func_ip_helper.into();
+    ro.cfg.arg_cnt_helper = host.arg_cnt_helper.into();
     #[cfg(test)]
     if mode.is_none() {
         ro.cfg.synthetic_stack = 1;
@@ -246,22 +265,48 @@ pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &abi::Filters) -> Resul
     Ok(())
 }
 
-/// The counting program of `mode` (None: the self-test one) that `config`
-/// loads: the common path's, or with a filter or --verify-caller the one
-/// that reads every switch.
+/// Which counting program of a mode a load uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counting {
+    /// The one that reads every switch (a filter, or --verify-caller),
+    /// else the common path's.
+    pub(crate) any: bool,
+    /// The one that walks its loops with bpf_loop (verified once, whatever
+    /// the number of rules), else its "_nl" twin, for kernels without the
+    /// helper.
+    pub(crate) loops: bool,
+}
+
+impl Counting {
+    pub(crate) fn of(config: &Config, host: &Features) -> Self {
+        Counting {
+            any: config.any_path(),
+            loops: host.loop_helper,
+        }
+    }
+}
+
+/// The counting program of `mode` (None: the self-test one) that `which`
+/// names.
 pub(crate) fn counting<'a, 'obj>(
     skel: &'a TopdownSkel<'obj>,
     mode: Option<Mode>,
-    any: bool,
+    which: Counting,
 ) -> &'a libbpf_rs::ProgramMut<'obj> {
     let p = &skel.progs;
-    match (mode, any) {
-        (Some(Mode::Fentry), false) => &p.td_fentry,
-        (Some(Mode::Fentry), true) => &p.td_fentry_any,
-        (Some(Mode::Kprobe), false) => &p.td_kprobe,
-        (Some(Mode::Kprobe), true) => &p.td_kprobe_any,
-        (None, false) => &p.td_selftest,
-        (None, true) => &p.td_selftest_any,
+    match (mode, which.any, which.loops) {
+        (Some(Mode::Fentry), false, true) => &p.td_fentry,
+        (Some(Mode::Fentry), true, true) => &p.td_fentry_any,
+        (Some(Mode::Fentry), false, false) => &p.td_fentry_nl,
+        (Some(Mode::Fentry), true, false) => &p.td_fentry_any_nl,
+        (Some(Mode::Kprobe), false, true) => &p.td_kprobe,
+        (Some(Mode::Kprobe), true, true) => &p.td_kprobe_any,
+        (Some(Mode::Kprobe), false, false) => &p.td_kprobe_nl,
+        (Some(Mode::Kprobe), true, false) => &p.td_kprobe_any_nl,
+        (None, false, true) => &p.td_selftest,
+        (None, true, true) => &p.td_selftest_any,
+        (None, false, false) => &p.td_selftest_nl,
+        (None, true, false) => &p.td_selftest_any_nl,
     }
 }
 
@@ -270,8 +315,8 @@ enum Owner<'obj> {
     /// This process loaded it: dropping the links detaches.
     Loaded {
         skel: Box<TopdownSkel<'obj>>,
-        /// Which counting program it loaded (see `counting`).
-        any: bool,
+        /// Which counting program it loaded.
+        which: Counting,
         link: Option<Link>,
         companion: Option<(Companion, Link)>,
     },
@@ -288,11 +333,11 @@ pub(crate) struct Probe<'obj> {
 }
 
 impl<'obj> Probe<'obj> {
-    /// `any`: as `counting` takes it.
+    /// `which`: the counting program loaded.
     pub(crate) fn new(
         skel: TopdownSkel<'obj>,
         mode: Mode,
-        any: bool,
+        which: Counting,
         func: &str,
         link: Option<Link>,
     ) -> Result<Self> {
@@ -300,7 +345,7 @@ impl<'obj> Probe<'obj> {
             maps: Maps::of_skel(&skel)?,
             owner: Owner::Loaded {
                 skel: Box::new(skel),
-                any,
+                which,
                 link,
                 companion: None,
             },
@@ -412,8 +457,8 @@ impl<'obj> Probe<'obj> {
     /// need kernel.bpf_stats_enabled=1).
     pub(crate) fn prog_stats(&self) -> ProgStats {
         match &self.owner {
-            Owner::Loaded { skel, any, .. } => {
-                prog_stats(counting(skel, Some(self.mode), *any).as_fd())
+            Owner::Loaded { skel, which, .. } => {
+                prog_stats(counting(skel, Some(self.mode), *which).as_fd())
             }
             Owner::Pinned { prog } => prog
                 .as_ref()
@@ -494,7 +539,8 @@ pub(crate) mod selftest {
             .load()
             .expect("load the raw_tp self-test program (needs root)");
         set_filter(&skel, &config.filter).expect("the filter's maps");
-        Probe::new(skel, Mode::Kprobe, config.any_path(), "selftest", None).expect("the maps")
+        let which = Counting::of(config, host);
+        Probe::new(skel, Mode::Kprobe, which, "selftest", None).expect("the maps")
     }
 
     /// The raw_tp context of one run: the caller's return address, then
@@ -549,10 +595,10 @@ pub(crate) mod selftest {
         }
 
         fn selftest_prog(&self) -> &libbpf_rs::ProgramMut<'_> {
-            let Owner::Loaded { skel, any, .. } = &self.owner else {
+            let Owner::Loaded { skel, which, .. } = &self.owner else {
                 panic!("a loaded object");
             };
-            counting(skel, None, *any)
+            counting(skel, None, *which)
         }
     }
 }

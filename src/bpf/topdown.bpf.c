@@ -207,10 +207,13 @@ enum td_kind {
 	TD_SELFTEST,
 };
 
-/* FUNC's own address, as the kernel attached the program to it. */
+/*
+ * FUNC's own address, as the kernel attached the program to it; the one
+ * kallsyms gives where the kernel has no bpf_get_func_ip (before 5.15).
+ */
 static __always_inline __u64 func_ip(void *ctx, enum td_kind kind)
 {
-	if (kind == TD_SELFTEST)
+	if (kind == TD_SELFTEST || !cfg.func_ip_helper)
 		return cfg.func_addr;
 	/* inlined for fentry: a load from the trampoline's frame */
 	return bpf_get_func_ip(ctx);
@@ -375,7 +378,8 @@ static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 		}
 	}
 #if defined(__TARGET_ARCH_x86)
-	{
+	/* jumped-to trampolines (7.x) all have bpf_get_func_arg_cnt (5.17) */
+	if (cfg.arg_cnt_helper) {
 		/* inlined for fentry: the trampoline's count of argument words */
 		__u32 n = bpf_get_func_arg_cnt(ctx);
 
@@ -452,7 +456,18 @@ static __always_inline __u64 fentry_caller_quick(void *ctx)
 #else
 /* arm64: the checked way is the only one (two frame records to tell apart). */
 #define TD_QUICK_FENTRY 0
+#define fentry_caller_quick fentry_caller
 #endif
+
+/*
+ * Whether fentry's common path reads the caller with one load: it needs
+ * the trampoline's argument count, bpf_get_func_arg_cnt (5.17); before,
+ * the checked way (fentry_caller) is the common path.
+ */
+static __always_inline bool quick_fentry(void)
+{
+	return TD_QUICK_FENTRY && cfg.arg_cnt_helper;
+}
 
 /* The probe read: kept out of kprobe_caller, whose plain load clang would merge with it. */
 static __always_inline __u64 kprobe_ret_ip(struct pt_regs *ctx)
@@ -550,7 +565,7 @@ static long entry_frame_step(__u32 i, struct td_frame_walk *w)
  * deep_reason) and the trampoline.
  */
 static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
-					 __u64 hint)
+					 __u64 hint, bool loops)
 {
 	__u64 func = func_ip(ctx, kind);
 	long n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
@@ -558,7 +573,7 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 	if (n <= 0)
 		return -1;
 	n /= 8;
-	if (cfg.loop_helper) {
+	if (loops) {
 		/* the body verified once, not once per frame */
 		struct td_frame_walk w = { .s = s, .func = func, .n = n, .at = -1 };
 
@@ -647,10 +662,10 @@ static __always_inline bool count_in(void *map, void *key)
  * verified once.
  */
 static __always_inline int caller_index(void *ctx, struct td_scratch *s, __u64 ret,
-					enum td_kind kind)
+					enum td_kind kind, bool loops)
 {
 	s->caller = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
-							       : unwind_caller(ctx, s, kind, ret);
+							       : unwind_caller(ctx, s, kind, ret, loops);
 	return *(volatile __s32 *)&s->caller;
 }
 
@@ -731,7 +746,8 @@ static long rule_step(__u32 i, struct td_rule_walk *w)
  * whatever the profile; Deep::slot in abi.rs decides the same for the
  * calls counted before the tables were filled.
  */
-static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_kind kind)
+static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_kind kind,
+					 bool loops)
 {
 	__u32 c, first, nr, dflt;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -745,13 +761,13 @@ static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_k
 	first = deep.callers[c].rule_first;
 	nr = deep.callers[c].rule_count;
 	dflt = deep.callers[c].reason;
-	ci = caller_index(ctx, s, ret, kind);
+	ci = caller_index(ctx, s, ret, kind, loops);
 	if (ci < 0) {
 		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
 		return dflt;
 	}
 	frames_above(s, ci);
-	if (cfg.loop_helper) {
+	if (loops) {
 		/*
 		 * The body is verified once: unrolled, the loops cost the
 		 * verifier about 6 times the instructions (14600 against 2400
@@ -782,7 +798,7 @@ static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_k
  * and user space's filling the rules.
  */
 static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 ret,
-					 enum td_kind kind)
+					 enum td_kind kind, bool loops)
 {
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	int ci;
@@ -791,7 +807,7 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 		c->n[TD_SLOT_SITES_FULL]++;
 		return TD_SLOT_SITES_FULL;
 	}
-	ci = caller_index(ctx, s, ret, kind);
+	ci = caller_index(ctx, s, ret, kind, loops);
 	s->early.ret = ret;
 	if (ci >= 0) {
 		frames_above(s, ci);
@@ -846,7 +862,7 @@ static __always_inline __u32 cached_reason(__u64 ret)
  * TD_SLOT_NONE if it was counted as pending.
  */
 static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u64 ret,
-					    enum td_kind kind)
+					    enum td_kind kind, bool loops)
 {
 	__u32 *slot, r = TD_SLOT_NONE;
 	int dc;
@@ -858,12 +874,12 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 	} else if (cfg.deep_depth) {
 		/* Read once, and before the tables it guards. */
 		if (!*(volatile __u32 *)&deep.ready)
-			return count_early(ctx, c, ret, kind);
+			return count_early(ctx, c, ret, kind, loops);
 		asm volatile("" ::: "memory");
 		/* Only callers with rules pay for an unwind. */
 		dc = deep_caller(ret);
 		if (dc >= 0)
-			r = deep_reason(ctx, ret, dc, kind);
+			r = deep_reason(ctx, ret, dc, kind, loops);
 	}
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;
@@ -876,7 +892,7 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 	return TD_SLOT_SITES_FULL;
 }
 
-static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)
+static __always_inline void verify_body(void *ctx, __u64 cheap, enum td_kind kind, bool loops)
 {
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	int ci;
@@ -887,7 +903,7 @@ static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)
 	 * Where the unwind has no entry frame (a jumped-to trampoline), the
 	 * check is that the cheap caller is among the first frames.
 	 */
-	ci = unwind_caller(ctx, s, kind, cheap);
+	ci = unwind_caller(ctx, s, kind, cheap, loops);
 	stat_inc(TD_STAT_VERIFY_CHECKED);
 	if (ci < 0 || ci >= TD_UNWIND_FRAMES) {
 		stat_inc(TD_STAT_VERIFY_UNWIND_FAILED);
@@ -895,6 +911,22 @@ static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)
 	}
 	if (s->ips[ci] != cheap)
 		stat_inc(TD_STAT_VERIFY_MISMATCH);
+}
+
+/*
+ * Every subprogram that reaches a bpf_loop callback comes twice, with and
+ * without the helper: a kernel that predates it (5.17) counts no callback
+ * as a subprogram, and refuses any program whose code names one, even
+ * where a .rodata switch leaves it dead.
+ */
+static __noinline void verify(void *ctx, __u64 cheap, enum td_kind kind)
+{
+	verify_body(ctx, cheap, kind, false);
+}
+
+static __noinline void verify_loop(void *ctx, __u64 cheap, enum td_kind kind)
+{
+	verify_body(ctx, cheap, kind, true);
 }
 
 static __always_inline bool is_own_call(void)
@@ -929,11 +961,11 @@ static long range_step(__u32 i, struct td_range_walk *w)
  * reason, so ranges being rewritten for another reason never make a call
  * count for `want`.
  */
-static __always_inline bool in_stack_ranges(__u64 ret, __u32 want)
+static __always_inline bool in_stack_ranges(__u64 ret, __u32 want, bool loops)
 {
 	__u32 nr = *(volatile __u32 *)&ctl.nr_ranges;
 
-	if (cfg.loop_helper) {
+	if (loops) {
 		struct td_range_walk w = { .ret = ret, .want = want };
 
 		bpf_loop(nr < TD_MAX_STACK_RANGES ? nr : TD_MAX_STACK_RANGES, range_step, &w, 0);
@@ -1049,9 +1081,9 @@ static __always_inline bool wanted(enum td_path path)
  * this CPU's counters.
  */
 static __always_inline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
-				       __u32 want)
+				       __u32 want, bool loops)
 {
-	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want)))
+	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want, loops)))
 		return;
 	sample(ctx, c, ret, want);
 }
@@ -1066,7 +1098,7 @@ static __always_inline bool verifies_all(enum td_path path)
 static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 {
 	if (kind == TD_FENTRY)
-		return TD_QUICK_FENTRY ? fentry_caller_quick(ctx) : fentry_caller(ctx);
+		return quick_fentry() ? fentry_caller_quick(ctx) : fentry_caller(ctx);
 	if (kind == TD_KPROBE)
 		return kprobe_caller(ctx);
 	return ((struct td_raw_tp_args *)ctx)->args[0];
@@ -1081,8 +1113,8 @@ static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
  * subprogram called once: the verifier walks the new-site path (and its
  * deeper-frame rules) once, and the common path keeps no values for it.
  */
-static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind kind,
-				  enum td_path path)
+static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum td_kind kind,
+					    enum td_path path, bool loops)
 {
 	bool verify_all = verifies_all(path);
 	__u64 quick, ret;
@@ -1103,14 +1135,17 @@ static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind k
 	ret = quick = quick_caller(ctx, kind);
 	r = cached_reason(quick);
 	hit = r != TD_SLOT_NONE;
-	if (kind == TD_FENTRY && TD_QUICK_FENTRY && (!hit || verify_all)) {
+	if (kind == TD_FENTRY && quick_fentry() && (!hit || verify_all)) {
 		ret = fentry_caller(ctx);
 		r = cached_reason(ret);
 	}
 	if (!hit)
 		stat_inc(TD_STAT_UNCACHED);
 	if (verify_all) {
-		verify(ctx, ret, kind);
+		if (loops)
+			verify_loop(ctx, ret, kind);
+		else
+			verify(ctx, ret, kind);
 		/* the quick read's claim: a cached site it gives is the caller */
 		if (hit && quick != ret)
 			stat_inc(TD_STAT_VERIFY_MISMATCH);
@@ -1118,14 +1153,27 @@ static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind k
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	else
-		r = count_uncached(ctx, c, ret, kind);
+		r = count_uncached(ctx, c, ret, kind, loops);
 	/* the stack gate, compiled in if stacks may be captured in this run */
 	if (!cfg.stacks)
 		return;
 	/* Read once: user space may move capture meanwhile. */
 	want = *(volatile __u32 *)&ctl.reason;
 	if (want != TD_SLOT_NONE)
-		stack_gate(ctx, c, ret, r, want);
+		stack_gate(ctx, c, ret, r, want, loops);
+}
+
+/* count_slow_body, without bpf_loop and with it (see verify). */
+static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind kind,
+				  enum td_path path)
+{
+	count_slow_body(ctx, c, kind, path, false);
+}
+
+static __noinline void count_slow_loop(void *ctx, struct td_counts *c, enum td_kind kind,
+				       enum td_path path)
+{
+	count_slow_body(ctx, c, kind, path, true);
 }
 
 /*
@@ -1133,7 +1181,8 @@ static __noinline void count_slow(void *ctx, struct td_counts *c, enum td_kind k
  * watch key, the quick read and the site cache, and the count. Anything
  * else is count_slow's: a watched call, a site not cached, --verify-caller.
  */
-static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_path path)
+static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_path path,
+				       bool loops)
 {
 	struct td_counts *c;
 	__u64 e;
@@ -1145,45 +1194,79 @@ static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_pat
 		(*(__u64 *)((void *)c->n + (e >> TD_SITE_SHIFT)))++;
 		return;
 	}
-	count_slow(ctx, c, kind, path);
+	if (loops)
+		count_slow_loop(ctx, c, kind, path);
+	else
+		count_slow(ctx, c, kind, path);
 }
 
 /* The counting path `path`: filtered before the caller is looked for. */
-static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path path)
+static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path path,
+				     bool loops)
 {
 	if (wanted(path))
-		count_call(ctx, kind, path);
+		count_call(ctx, kind, path, loops);
 }
 
 /*
- * The counting programs, one per kind and path: user space loads the one
- * its settings call for (TD_PATH_ANY with a filter or --verify-caller).
+ * The counting programs, one per kind, path and use of bpf_loop: user space
+ * loads the one its settings call for (TD_PATH_ANY with a filter or
+ * --verify-caller), with bpf_loop where the kernel has it (5.17 and later),
+ * else its "_nl" twin.
  */
 SEC("fentry")
 int BPF_PROG(td_fentry)
 {
-	count_on(ctx, TD_FENTRY, TD_PATH_COMMON);
+	count_on(ctx, TD_FENTRY, TD_PATH_COMMON, true);
 	return 0;
 }
 
 SEC("fentry")
 int BPF_PROG(td_fentry_any)
 {
-	count_on(ctx, TD_FENTRY, TD_PATH_ANY);
+	count_on(ctx, TD_FENTRY, TD_PATH_ANY, true);
+	return 0;
+}
+
+SEC("fentry")
+int BPF_PROG(td_fentry_nl)
+{
+	count_on(ctx, TD_FENTRY, TD_PATH_COMMON, false);
+	return 0;
+}
+
+SEC("fentry")
+int BPF_PROG(td_fentry_any_nl)
+{
+	count_on(ctx, TD_FENTRY, TD_PATH_ANY, false);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe)
 {
-	count_on(ctx, TD_KPROBE, TD_PATH_COMMON);
+	count_on(ctx, TD_KPROBE, TD_PATH_COMMON, true);
 	return 0;
 }
 
 SEC("kprobe")
 int BPF_KPROBE(td_kprobe_any)
 {
-	count_on(ctx, TD_KPROBE, TD_PATH_ANY);
+	count_on(ctx, TD_KPROBE, TD_PATH_ANY, true);
+	return 0;
+}
+
+SEC("kprobe")
+int BPF_KPROBE(td_kprobe_nl)
+{
+	count_on(ctx, TD_KPROBE, TD_PATH_COMMON, false);
+	return 0;
+}
+
+SEC("kprobe")
+int BPF_KPROBE(td_kprobe_any_nl)
+{
+	count_on(ctx, TD_KPROBE, TD_PATH_ANY, false);
 	return 0;
 }
 
@@ -1197,14 +1280,28 @@ int BPF_KPROBE(td_kprobe_any)
 SEC("raw_tp")
 int td_selftest(struct td_raw_tp_args *ctx)
 {
-	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON);
+	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON, true);
 	return 0;
 }
 
 SEC("raw_tp")
 int td_selftest_any(struct td_raw_tp_args *ctx)
 {
-	count_on(ctx, TD_SELFTEST, TD_PATH_ANY);
+	count_on(ctx, TD_SELFTEST, TD_PATH_ANY, true);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_selftest_nl(struct td_raw_tp_args *ctx)
+{
+	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON, false);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_selftest_any_nl(struct td_raw_tp_args *ctx)
+{
+	count_on(ctx, TD_SELFTEST, TD_PATH_ANY, false);
 	return 0;
 }
 

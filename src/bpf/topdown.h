@@ -164,10 +164,10 @@ enum td_path {
 /* Everything the programs are given before load (frozen in .rodata). */
 struct td_config {
 	/* The traced function's entry as kallsyms gives it: the self-test's
-	 * FUNC, and arm64's second check of the call before a kprobe's link
-	 * register. Otherwise the programs ask the kernel (bpf_get_func_ip),
-	 * so they are right whichever of several same-named functions they
-	 * are attached to. */
+	 * FUNC, arm64's second check of the call before a kprobe's link
+	 * register, and FUNC itself on kernels without bpf_get_func_ip.
+	 * Otherwise the programs ask the kernel, so they are right whichever
+	 * of several same-named functions they are attached to. */
 	__u64 func_addr;
 	__u32 stack_bytes;	/* bytes of each stack to capture */
 	__u32 sample_every;	/* keep 1 in N matching calls for stacks */
@@ -193,9 +193,11 @@ struct td_config {
 	__u8 filter_cpus;	/* only CPUs whose bit is set in cpus */
 	/* Any of the three: one test on the counting path when none is on. */
 	__u8 filtered;
-	/* bpf_loop (5.17) is there: the deeper-frame rules are walked with it. */
-	__u8 loop_helper;
-	__u8 pad[3];
+	/* The kernel has bpf_get_func_ip (5.15); else func_addr is FUNC's. */
+	__u8 func_ip_helper;
+	/* The kernel has bpf_get_func_arg_cnt (5.17): fentry's one-load path. */
+	__u8 arg_cnt_helper;
+	__u8 pad[2];
 	__u64 cpus[TD_MAX_CPUS / 64];
 };
 

@@ -75,8 +75,8 @@ if command -v unshare >/dev/null; then
 	*) arch=$(uname -m) ;;
 	esac
 	btf=/sys/kernel/btf pmus=/sys/bus/event_source/devices
-	no_btf="this $arch kernel has no BTF (/sys/kernel/btf/vmlinux is missing)"
-	no_kprobes="this $arch kernel has no kprobes (CONFIG_KPROBES is off)"
+	no_btf="this $arch kernel has no BTF (/sys/kernel/btf/vmlinux is missing; Linux 5.4 and later export it, built with CONFIG_DEBUG_INFO_BTF)"
+	no_kprobes="this $arch kernel has no kprobes (CONFIG_KPROBES is off; BPF kprobe programs: Linux 4.1)"
 	expect_error 1 "cannot trace vfs_read with fentry: $no_btf" without $btf vfs_read --fentry
 	expect_error 1 "cannot trace vfs_read with a kprobe: $no_kprobes" without $pmus vfs_read --kprobe
 	expect_error 1 "cannot trace vfs_read: fentry: $no_btf; kprobe: $no_kprobes" without $btf:$pmus vfs_read
