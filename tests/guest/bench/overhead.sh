@@ -242,9 +242,12 @@ one() {
 			sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
 			awk -v what="$1 $2 whole" '$1 > 0 { printf "%s %.1f\n", what, $2 / $1 }' >>"$TD_TMP/results"
 		td_run "$3 --companion bare" "$WINDOWS" "$WINDOW_READS"
-		# The counting program: td_MODE, or td_MODE_any with a filter.
-		prog=$(progs | awk '$2 ~ /^td_(fentry|kprobe)(_any)?$/ { m = $2 } END { print m }')
+		# The counting program: td_MODE, or td_MODE_any with a filter; their _nl twins
+		# (no bpf_loop) before 5.17, a name the kernel may cut to 15 characters.
+		prog=$(progs | awk '$2 ~ /^td_(fentry|kprobe)(_any)?(_nl?)?$/ { m = $2 } END { print m }')
 		mode=${prog#td_}
+		mode=${mode%_n}
+		mode=${mode%_nl}
 		mode=${mode%_any}
 		[ -n "$mode" ] || fail "topdown $3: no td_fentry(_any) or td_kprobe(_any) program loaded: $(progs)"
 		windows "$1" "$2" "prog:$(prog_id "^$prog\$")" "bare:$(prog_id "^td_bare_$mode\$")"

@@ -4,7 +4,7 @@
 # page of a THP it unmaps: 256 at each half unmap and 256 more at exit (thp.c).
 # Deeper-frame rules tell the two apart (MUNMAP: under unmap_region; EXIT: under
 # exit_mmap; a half MADV_DONTNEED stays page_remove_rmap): exact counts in both modes,
-# automatic and --stack-on stacks, pin/show/serve/unpin, --baseline verdicts.
+# automatic, spike and --stack-on stacks, pin/show/serve/unpin, --baseline verdicts.
 . "$TD_LIB"
 need_cmd topdown thp bpftool wget
 need_func deferred_split_huge_page
@@ -52,6 +52,17 @@ m=$(grep -c '^MUNMAP;' "$TD_TMP/folded")
 [ "$m" -gt 0 ] || fail "auto: no folded MUNMAP stacks"
 expect_eq "auto: MUNMAP stacks without unmap_region" \
 	"$(grep '^MUNMAP;' "$TD_TMP/folded" | grep -vc ';unmap_region+0x[0-9a-f]*;\([a-z_]*+0x[0-9a-f]*;\)*page_remove_rmap+0x[0-9a-f]*;deferred_split_huge_page [0-9]*$')" 0
+
+# 2b. A spike: the same burst with -i 10, shorter than one report: its stacks
+# are caught while it lasts (the trigger looks at the last second every 100 ms).
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50
+td_start $FN --rules "$RULES" -i 10
+kill -USR1 $thp_pid
+wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+td_stop INT
+expect_eq "spike: MUNMAP" "$(reason_count MUNMAP)" $((256 * N))
+expect_eq "spike: first capture" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[{"reason":"[A-Z]*"' | sed 's/.*:"//; s/"$//')" MUNMAP
+[ "$(summary_num stacks_captured)" -gt 0 ] || fail "spike: no stacks captured"
 
 # 3. --stack-on EXIT from the start: every exit-time call's stack, and only those.
 td_start $FN --rules "$RULES" --stack-on EXIT --folded "$TD_TMP/folded"
