@@ -6,9 +6,11 @@
 //! be unanimous), it made at least `min_events` of them, and at least
 //! `min_rate` per second since its first call in that second (so a burst
 //! after a quiet spell counts at its own rate, not spread over the second). Capture stays on a reason until another one takes
-//! over; a move needs the current reason to have held capture for a second
-//! and, if the current one still qualifies, the new one to lead it by ten
-//! points, so two reasons near the threshold do not flap.
+//! over; while the current reason still has calls in the window, a move
+//! needs it to have held capture for a second and, if it still qualifies,
+//! the new one to lead it by ten points, so two reasons near the threshold
+//! do not flap. A current reason with no calls in the window holds nothing:
+//! a new one takes over on the first tick it qualifies.
 
 use std::collections::VecDeque;
 
@@ -179,9 +181,15 @@ impl Trigger {
         let switch = match self.target {
             None => Switch::Start(hot),
             Some(cur) => {
-                let cur_share = 100.0 * deltas[cur as usize] as f64 / n as f64;
-                let still = confident(deltas[cur as usize], n, self.cfg.threshold);
-                if now - self.switched < DWELL || (still && share < cur_share + MARGIN) {
+                // The dwell and the lead keep two live reasons from
+                // flapping; a reason with no calls in the window holds
+                // nothing.
+                let cur_calls = deltas[cur as usize];
+                let cur_share = 100.0 * cur_calls as f64 / n as f64;
+                let still = confident(cur_calls, n, self.cfg.threshold);
+                if cur_calls > 0
+                    && (now - self.switched < DWELL || (still && share < cur_share + MARGIN))
+                {
                     return None;
                 }
                 Switch::Move { from: cur, to: hot }
@@ -341,6 +349,71 @@ mod tests {
             at(&mut t, 3.0, &[(2, 1300), (3, 1650)]),
             Some(Switch::Move { from: 2, to: 3 })
         );
+    }
+
+    #[test]
+    fn a_silent_reason_does_not_hold_capture() {
+        // Capture starts on slot 2, which stops 0.3 s later; slot 3's burst
+        // begins 0.2 s after that, inside slot 2's dwell but after its last
+        // call has left the window.
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 0.1, &[(2, 30)]), Some(Switch::Start(2)));
+        for i in 2..=4u64 {
+            assert_eq!(at(&mut t, i as f64 / 10.0, &[(2, 30 * i)]), None);
+        }
+        // Slot 2's calls still in the window: the dwell holds.
+        assert_eq!(at(&mut t, 0.5, &[(2, 120), (3, 20)]), None);
+        // A second of silence from slot 2 (its last calls at 0.4 s), then
+        // slot 3 again: a move on the first tick, not after a dwell.
+        let mut t2 = t.clone();
+        for i in 6..=14u64 {
+            assert_eq!(at(&mut t2, i as f64 / 10.0, &[(2, 120), (3, 20)]), None);
+        }
+        assert_eq!(
+            at(&mut t2, 1.45, &[(2, 120), (3, 40)]),
+            Some(Switch::Move { from: 2, to: 3 })
+        );
+        // The case: capture on slot 2, 3 s of nothing, then a burst
+        // of slot 3 moves capture on its first tick, whatever the dwell.
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 0.1, &[(2, 50)]), Some(Switch::Start(2)));
+        for i in 2..=40u64 {
+            let n2 = 50 * i.min(10);
+            assert_eq!(at(&mut t, i as f64 / 20.0, &[(2, n2)]), None, "tick {i}");
+        }
+        let mut t3 = t.clone();
+        assert_eq!(
+            at(&mut t, 2.05, &[(2, 500), (3, 15)]),
+            Some(Switch::Move { from: 2, to: 3 })
+        );
+        // The dwell is measured from the switch, so with no silence rule
+        // the same tick inside a fresh dwell holds: check that silence, not
+        // the dwell's end, made the move.
+        t3.switched = 1.9;
+        assert_eq!(
+            at(&mut t3, 2.05, &[(2, 500), (3, 15)]),
+            Some(Switch::Move { from: 2, to: 3 })
+        );
+    }
+
+    #[test]
+    fn the_dwell_still_holds_between_two_live_reasons() {
+        // Capture on slot 2 at 0.5 s; slot 2 goes on at 20 calls a second
+        // while slot 3 surges at 500: slot 3 qualifies at once, slot 2
+        // does not, but slot 2 is live, so capture waits out the dwell.
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 0.5, &[(2, 100)]), Some(Switch::Start(2)));
+        let mut moved = None;
+        for i in 11..=40u64 {
+            let now = i as f64 / 20.0;
+            let n2 = 100 + (i - 10);
+            let n3 = 25 * (i - 10);
+            if let Some(sw) = at(&mut t, now, &[(2, n2), (3, n3)]) {
+                moved = Some((i, sw));
+                break;
+            }
+        }
+        assert_eq!(moved, Some((30, Switch::Move { from: 2, to: 3 })));
     }
 
     #[test]

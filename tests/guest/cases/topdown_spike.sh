@@ -6,7 +6,11 @@
 #      stacks, and every stack is ZAP's;
 #   2. two bursts of different reasons seconds apart: each captured, in order;
 #   3. a steady 50/50 mix of two reasons: capture never starts;
-#   4. --no-auto: a burst starts nothing.
+#   4. --no-auto: a burst starts nothing;
+#   5. capture on THP faults (FAULT_ALLOC), 3 s without a call, then a burst of half
+#      unmaps (ZAP): the silent reason does not hold capture, which moves within 0.3 s of
+#      the burst's first call (the workload's CLOCK_MONOTONIC stamp against the capture's
+#      start_ns, the same clock) and takes stacks.
 . "$TD_LIB"
 need_cmd topdown thp
 need_func deferred_split_folio
@@ -83,4 +87,23 @@ expect_eq "mix: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[\]')" '"
 burst -i 1 --no-auto
 expect_eq "no-auto: ZAP" "$(reason_count ZAP)" $N
 expect_eq "no-auto: phase" "$(summary_str phase)" counting
+
+# 5. Capture on FAULT_ALLOC, then 3 s of silence, then ZAP's burst.
+td_start deferred_split_folio -i 1
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP --stamps "$TD_TMP/stamps"
+sleep 3
+kill -USR1 $thp_pid
+wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+sleep 1
+td_stop INT
+cat "$TD_ERR"
+expect_eq "quiet capture: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $N
+expect_eq "quiet capture: ZAP" "$(reason_count ZAP)" $N
+expect_eq "quiet capture: capture order" "$(capture_field 1 reason) $(capture_field 2 reason)" "FAULT_ALLOC ZAP"
+first=$(awk '$1 == "munmap" { print $2; exit }' "$TD_TMP/stamps")
+start=$(capture_field 2 start_ns)
+stacks=$(capture_field 2 stacks)
+echo "quiet capture: ZAP's capture began $(((start - first) / 1000000)) ms after the burst's first call; $stacks stacks"
+[ $((start - first)) -le 300000000 ] || fail "quiet capture: moved $(((start - first) / 1000000)) ms after the burst began"
+[ "$stacks" -gt 0 ] || fail "quiet capture: no stacks of ZAP"
 exit 0
