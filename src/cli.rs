@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
@@ -129,6 +129,7 @@ pub struct FilterArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
     /// Kernel function to trace.
     #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
@@ -215,6 +216,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
 
+    /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
+    #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "result")]
+    pub fix: Option<String>,
+
     /// Check the cheap caller lookup against a full stack unwind on every call (slow).
     #[arg(long)]
     pub verify_caller: bool,
@@ -261,6 +266,7 @@ pub struct PinArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group = ArgGroup::new("show_result").args(["save", "baseline"]).multiple(true))]
 pub struct ShowArgs {
     /// Pinned functions to show (default: all).
     #[arg(value_name = "FUNC")]
@@ -285,6 +291,10 @@ pub struct ShowArgs {
     /// With --baseline: how much (percent) the baseline's hot reason's rate must fall.
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
+
+    /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
+    #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "show_result")]
+    pub fix: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -354,6 +364,28 @@ fn percent(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Characters a --fix text may have: enough for a sentence, a commit id
+/// and a package version.
+pub(crate) const MAX_FIX: usize = 200;
+
+/// A --fix text: one line of printable text, not empty, not too long.
+fn fix_text(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("the text is empty: say what the fix was".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err("the text must be one line, without control characters".into());
+    }
+    let n = s.chars().count();
+    if n > MAX_FIX {
+        return Err(format!(
+            "the text has {n} characters; at most {MAX_FIX} (name the commit or setting)"
+        ));
+    }
+    Ok(s.to_string())
+}
+
 /// A fall in percent: 0 (none needed) to 100 (down to nothing).
 fn drop_percent(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -419,6 +451,31 @@ mod tests {
             panic!("{c:?}")
         };
         assert!(s.listen.ip().is_loopback(), "localhost by default");
+    }
+
+    #[test]
+    fn fix_is_one_short_line_with_save_or_baseline() {
+        let c = Cli::try_parse_from(["topdown", "f", "--save", "a", "--fix", " v2 "]).unwrap();
+        assert_eq!(c.trace.fix.as_deref(), Some("v2"));
+        let c = Cli::try_parse_from(["topdown", "f", "--baseline", "a", "--fix", "x"]).unwrap();
+        assert_eq!(c.trace.fix.as_deref(), Some("x"));
+        let c = Cli::try_parse_from(["topdown", "show", "--save", "a", "--fix", "x"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Show(ShowArgs { fix: Some(_), .. }))
+        ));
+        let err = |args: &[&str]| Cli::try_parse_from(args).unwrap_err().to_string();
+        assert!(err(&["topdown", "f", "--fix", "x"]).contains("--save"));
+        assert!(err(&["topdown", "show", "--fix", "x"]).contains("--save"));
+        let long = "x".repeat(MAX_FIX + 1);
+        assert!(err(&["topdown", "f", "--save", "a", "--fix", &long])
+            .contains("the text has 201 characters; at most 200"));
+        assert!(err(&["topdown", "f", "--save", "a", "--fix", "a\nb"]).contains("one line"));
+        assert!(err(&["topdown", "f", "--save", "a", "--fix", " "]).contains("empty"));
+        assert_eq!(
+            fix_text(&"é".repeat(MAX_FIX)).unwrap().chars().count(),
+            MAX_FIX
+        );
     }
 
     #[test]

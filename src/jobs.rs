@@ -26,6 +26,7 @@ use crate::report::{self, Summary};
 use crate::serve;
 use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
+use crate::system::{self, SystemState};
 
 /// How a job ended when it did not fail: the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,24 @@ impl Status {
             Some(Outcome::Inconclusive) => Status::Inconclusive,
         }
     }
+}
+
+/// The knobs a run records: its profile's.
+fn knobs_of(target: &Target) -> Vec<String> {
+    target
+        .profile
+        .as_ref()
+        .map_or_else(Vec::new, |p| p.knobs.clone())
+}
+
+/// The system's settings, read when a result is saved or compared (None
+/// otherwise: nothing is read that nothing uses).
+fn system_state(
+    wanted: bool,
+    knobs: &[String],
+    cgroup: Option<&std::path::Path>,
+) -> Option<SystemState> {
+    wanted.then(|| system::read(knobs, cgroup))
 }
 
 /// Warns, before counting starts, about a baseline from another kernel or
@@ -405,6 +424,12 @@ pub fn trace(t: Trace) -> Result<Status> {
     let info = RunInfo {
         kernel: pin::kernel_and_boot().0,
         profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
+        system: system_state(
+            t.files.save.is_some() || t.session.baseline.is_some(),
+            &knobs_of(&t.target),
+            t.filter.cgroup.as_ref().map(|c| c.path.as_path()),
+        ),
+        fix: t.fix.clone(),
     };
     warn_baseline(t.session.baseline.as_ref(), &info);
     let mut storage = Storage::default();
@@ -495,6 +520,12 @@ fn trace_pinned(t: Trace) -> Result<Status> {
     let info = RunInfo {
         kernel: meta.kernel.clone(),
         profile: meta.profile.clone(),
+        system: system_state(
+            t.files.save.is_some() || t.session.baseline.is_some(),
+            &meta.knobs,
+            meta.cgroup.as_deref(),
+        ),
+        fix: t.fix.clone(),
     };
     warn_baseline(t.session.baseline.as_ref(), &info);
     eprintln!(
@@ -562,6 +593,8 @@ pub fn pin(p: Pin) -> Result<()> {
         depth: p.load.depth,
         sample: p.load.sample,
         filter: p.filter.describe(),
+        knobs: knobs_of(&p.target),
+        cgroup: p.filter.cgroup.as_ref().map(|c| c.path.clone()),
         kernel,
         boot_id,
         pinned_at: std::time::SystemTime::now()
@@ -577,10 +610,10 @@ pub fn pin(p: Pin) -> Result<()> {
     Ok(())
 }
 
-/// The pinned instances named (all if none is), each read once. Kernel
-/// symbols are read (afresh: modules come and go) only if a call site
-/// needs resolving.
-fn snapshots(funcs: &[String]) -> Result<Vec<report::Pinned>> {
+/// The pinned instances named (all if none is), each read once, with its
+/// meta. Kernel symbols are read (afresh: modules come and go) only if a
+/// call site needs resolving.
+fn snapshots(funcs: &[String]) -> Result<Vec<(report::Pinned, Meta)>> {
     let mut ksyms = None;
     let names = if funcs.is_empty() {
         pin::pinned()?
@@ -605,13 +638,14 @@ fn snapshots(funcs: &[String]) -> Result<Vec<report::Pinned>> {
             ksyms = Some(host::load_kallsyms()?);
         }
         let none = Kallsyms::default();
-        out.push(session::snapshot(
+        let pinned = session::snapshot(
             &inst.probe,
             &inst.meta,
             ksyms.as_ref().unwrap_or(&none),
             &mut mapper,
             &mut symbols,
-        )?);
+        )?;
+        out.push((pinned, inst.meta));
     }
     Ok(out)
 }
@@ -635,11 +669,19 @@ pub fn show(s: &Show) -> Result<Status> {
             }
         }
     }
-    let mut all = snapshots(&s.funcs)?;
+    let mut all = Vec::new();
+    for (mut p, meta) in snapshots(&s.funcs)? {
+        p.threshold = s.threshold;
+        p.system = system_state(one, &meta.knobs, meta.cgroup.as_deref());
+        p.fix = s.fix.clone();
+        all.push(p);
+    }
     if let (Some(p), Some(b)) = (all.first_mut(), &s.baseline) {
         let info = RunInfo {
             kernel: p.kernel.clone(),
             profile: p.profile.clone(),
+            system: p.system.clone(),
+            fix: p.fix.clone(),
         };
         warn_baseline(Some(b), &info);
         let named: Vec<String> = p
@@ -704,6 +746,7 @@ pub fn serve(listen: SocketAddr) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     serve::run(listen, &stop, || {
-        snapshots(&[]).map(report::openmetrics::encode)
+        snapshots(&[])
+            .map(|all| report::openmetrics::encode(all.into_iter().map(|(p, _)| p).collect()))
     })
 }

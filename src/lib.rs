@@ -7,7 +7,8 @@
 //! decisions) → `report` (text, JSON, folded stacks, OpenMetrics). `jobs`
 //! wires the stages for each job; `main.rs` only dispatches. `bpf::pin`
 //! keeps tier 1 in bpffs for `pin`, `show`, `unpin` and `serve` (the HTTP
-//! side of which is `serve`).
+//! side of which is `serve`). `system` reads the settings a saved result
+//! records beside its counts (`--save`).
 
 mod bpf;
 pub mod cli;
@@ -23,6 +24,7 @@ mod report;
 mod serve;
 mod session;
 mod symbolize;
+mod system;
 mod version;
 
 pub use bpf::log::route_libbpf_messages;

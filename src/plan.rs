@@ -72,6 +72,9 @@ pub struct Show {
     /// --save, checked writable.
     pub(crate) save: Option<PathBuf>,
     pub(crate) baseline: Option<Baseline>,
+    /// The share at which a reason is hot, and --fix.
+    pub(crate) threshold: f64,
+    pub(crate) fix: Option<String>,
 }
 
 /// The traced function and how its callers are grouped into reasons.
@@ -104,6 +107,8 @@ pub struct Trace {
     pub(crate) filter: Filter,
     /// The files written at exit, checked writable.
     pub(crate) files: Files,
+    /// --fix: what the fix was, kept in the result and the comparison.
+    pub(crate) fix: Option<String>,
 }
 
 /// The files a run writes at exit (--folded, --flamegraph, --save),
@@ -201,6 +206,8 @@ fn show(s: &ShowArgs) -> Result<Show> {
         json: s.json,
         save: s.save.clone(),
         baseline,
+        threshold: s.threshold,
+        fix: s.fix.clone(),
     })
 }
 
@@ -317,6 +324,7 @@ fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
             flamegraph: t.flamegraph.clone(),
             save: t.save.clone(),
         },
+        fix: t.fix.clone(),
     })
 }
 

@@ -55,6 +55,12 @@ pub(crate) struct Meta {
     /// below`); None: every call counts.
     #[serde(default)]
     pub(crate) filter: Option<String>,
+    /// What `show --save` records beside the counts: the profile's knobs
+    /// and the --cgroup directory (missing from older pins: none).
+    #[serde(default)]
+    pub(crate) knobs: Vec<String>,
+    #[serde(default)]
+    pub(crate) cgroup: Option<PathBuf>,
     /// The kernel and boot it was pinned in, and when (Unix seconds).
     pub(crate) kernel: String,
     pub(crate) boot_id: String,
@@ -367,6 +373,8 @@ mod tests {
             user_stacks: false,
             depth: 64,
             filter: None,
+            knobs: vec!["/proc/sys/vm/swappiness".into()],
+            cgroup: None,
             sample: 1,
             kernel: "6.12.0".into(),
             boot_id: "b".into(),

@@ -120,6 +120,44 @@ mod tests {
     }
 
     #[test]
+    fn builtin_profiles_name_their_knobs() {
+        const T: &str = "/sys/kernel/mm/transparent_hugepage/";
+        let thp: Vec<String> = [
+            "enabled",
+            "defrag",
+            "khugepaged/defrag",
+            "khugepaged/max_ptes_none",
+            "khugepaged/max_ptes_swap",
+            "khugepaged/max_ptes_shared",
+            "khugepaged/pages_to_scan",
+            "shrink_underused",
+        ]
+        .iter()
+        .map(|k| format!("{T}{k}"))
+        .collect();
+        let vm: Vec<String> = [
+            "swappiness",
+            "watermark_scale_factor",
+            "watermark_boost_factor",
+            "min_free_kbytes",
+            "compaction_proactiveness",
+            "extfrag_threshold",
+            "zone_reclaim_mode",
+        ]
+        .iter()
+        .map(|k| format!("/proc/sys/vm/{k}"))
+        .collect();
+        let knobs = |n: &str| builtin(n).unwrap().knobs;
+        assert_eq!(knobs("deferred_split_folio"), thp);
+        assert_eq!(knobs("deferred_split_huge_page"), thp);
+        assert_eq!(knobs("shrink_node"), vm);
+        let mut compaction = vm.clone();
+        compaction.extend(thp[..3].iter().cloned());
+        assert_eq!(knobs("compact_zone"), compaction);
+        assert_eq!(knobs("handle_mm_fault"), thp[..2]);
+    }
+
+    #[test]
     fn the_thp_profile_sorts_callers_as_verified() {
         let p = builtin("deferred_split_folio").unwrap();
         let names: Vec<_> = p.reasons.iter().map(|r| r.name.as_str()).collect();

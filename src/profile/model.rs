@@ -15,6 +15,9 @@ pub(crate) struct Profile {
     pub function: Option<String>,
     pub description: String,
     pub reasons: Vec<Reason>,
+    /// Settings that can change the counts (files under /proc/sys or
+    /// /sys), recorded with a saved result.
+    pub knobs: Vec<String>,
 }
 
 /// One named reason.

@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use crate::error::{Error, Result};
 use crate::profile::model::{Profile, VERSION};
-use crate::profile::validate::{check_function, validate, Draft, FILE_PREFIX};
+use crate::profile::validate::{check_function, check_knobs, validate, Draft, FILE_PREFIX};
 
 /// The file as written; `Spanned` keeps byte offsets for messages.
 #[derive(Deserialize)]
@@ -19,6 +19,7 @@ struct FileProfile {
     description: String,
     #[serde(default)]
     reason: Vec<FileReason>,
+    knobs: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -90,11 +91,19 @@ impl Profile {
                 }
             })
             .collect();
+        let knobs = match file.knobs {
+            Some(k) => {
+                let place = at(k.span().start);
+                check_knobs(k.into_inner()).map_err(|m| Error::msg(format!("{place}: {m}")))?
+            }
+            None => Vec::new(),
+        };
         Ok(Profile {
             origin: origin.to_string(),
             function: Some(function.clone()),
             description: file.description,
             reasons: validate(drafts)?,
+            knobs,
         })
     }
 
@@ -165,6 +174,7 @@ impl Profile {
             function: None,
             description: String::new(),
             reasons: validate(drafts)?,
+            knobs: Vec::new(),
         })
     }
 }
@@ -233,6 +243,40 @@ mod tests {
         );
         let e = err(parse_edited("version = 1\n", ""));
         assert!(e.contains("version"), "{e}");
+    }
+
+    #[test]
+    fn knobs_are_files_under_proc_sys_or_sys_given_once() {
+        let with = |k: &str| {
+            parse_edited(
+                "description = \"test profile\"",
+                &format!("description = \"test profile\"\nknobs = {k}"),
+            )
+        };
+        assert!(parse_edited("", "").unwrap().knobs.is_empty());
+        let p = with(r#"["/proc/sys/vm/swappiness", "/sys/kernel/mm/ksm/run"]"#).unwrap();
+        assert_eq!(
+            p.knobs,
+            ["/proc/sys/vm/swappiness", "/sys/kernel/mm/ksm/run"]
+        );
+        assert_eq!(
+            err(with(r#"["/etc/shadow"]"#)),
+            "t.toml:5: knob `/etc/shadow`: not a file under /proc/sys or /sys"
+        );
+        assert_eq!(
+            err(with(r#"["/sys/../etc/shadow"]"#)),
+            "t.toml:5: knob `/sys/../etc/shadow`: empty, `.` or `..` parts in the path"
+        );
+        assert_eq!(
+            err(with(r#"["/sys/a", "/sys/a"]"#)),
+            "t.toml:5: knob `/sys/a` is named twice"
+        );
+        let many: Vec<String> = (0..65).map(|i| format!("\"/sys/k{i}\"")).collect();
+        assert_eq!(
+            err(with(&format!("[{}]", many.join(",")))),
+            "t.toml:5: 65 knobs; at most 64 may be recorded"
+        );
+        assert!(err(with("\"/sys/a\"")).starts_with("t.toml:5: "));
     }
 
     #[test]

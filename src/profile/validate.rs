@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::kallsyms::base_name;
 use crate::profile::model::{Reason, Within, DEFAULT_DEPTH};
 use crate::reasons::{MAX_REASONS, OTHER_NAME};
+use crate::system::{check_knob_path, MAX_KNOBS};
 
 /// A reason as written in either form, with where each part came from.
 pub(crate) struct Draft {
@@ -66,6 +67,24 @@ pub(crate) fn check_function(name: &str) -> std::result::Result<(), String> {
         return Err(format!("bad function name `{name}`"));
     }
     Ok(())
+}
+
+/// A profile's `knobs`: each a file under /proc/sys or /sys, at most
+/// `MAX_KNOBS`, none twice.
+pub(crate) fn check_knobs(knobs: Vec<String>) -> std::result::Result<Vec<String>, String> {
+    if knobs.len() > MAX_KNOBS {
+        return Err(format!(
+            "{} knobs; at most {MAX_KNOBS} may be recorded",
+            knobs.len()
+        ));
+    }
+    for (i, k) in knobs.iter().enumerate() {
+        check_knob_path(k).map_err(|why| format!("knob `{k}`: {why}"))?;
+        if knobs[..i].contains(k) {
+            return Err(format!("knob `{k}` is named twice"));
+        }
+    }
+    Ok(knobs)
 }
 
 /// Checks a list of function names: not empty, valid, no repeats.

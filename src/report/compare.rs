@@ -3,8 +3,10 @@
 //! Pure functions over plain data; the renderers show the result and
 //! `jobs` turns the verdict into the exit status.
 
+use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 use crate::report::saved::Saved;
-use crate::report::{Distribution, Phase};
+use crate::report::{is_hot, Distribution, Phase};
+use crate::system::{knob_name, shown_value, Knob, SystemState};
 
 /// Calls of the baseline's hot reason needed to say anything: in the
 /// baseline, and in this run had the reason kept its old rate. (Were the
@@ -30,12 +32,15 @@ pub(crate) struct Baseline {
 }
 
 /// What a run is, beside its counts: for warnings about a baseline taken
-/// elsewhere.
+/// elsewhere, and for what changed on the system since.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct RunInfo {
     pub(crate) kernel: String,
     /// Where the profile came from; None: one reason per caller.
     pub(crate) profile: Option<String>,
+    /// The system's settings (None: not read), and --fix.
+    pub(crate) system: Option<SystemState>,
+    pub(crate) fix: Option<String>,
 }
 
 /// One reason's calls on one side.
@@ -160,8 +165,8 @@ pub(crate) struct Verdict {
 }
 
 /// The reason with most calls, special slots aside: the first in the
-/// table (as `Summary::hot` picks it).
-fn hot(d: &Distribution) -> Option<(&str, Fig)> {
+/// table (as `Summary::top` picks it); hot if `is_hot`.
+fn top(d: &Distribution) -> Option<(&str, Fig)> {
     d.rows.iter().find(|r| !r.special && r.count > 0).map(|r| {
         (
             r.reason.as_str(),
@@ -201,10 +206,17 @@ pub(crate) fn verdict(
         config: cfg,
         why: String::new(),
     };
-    let Some((name, b)) = hot(before) else {
+    let Some((name, b)) = top(before) else {
         v.why = "the baseline has no calls: nothing to compare with".into();
         return v;
     };
+    if !is_hot(b.share, cfg.threshold) {
+        v.why = format!(
+            "the baseline has no hot reason: its top reason, {name}, has {:.1}% of the calls, below the {}% threshold",
+            b.share, cfg.threshold
+        );
+        return v;
+    }
     v.reason = Some(name.to_string());
     v.before = b;
     if b.count < MIN_CALLS {
@@ -265,6 +277,152 @@ pub(crate) fn verdict(
     v
 }
 
+/// Where the load went: the baseline's hot reason fell below the
+/// threshold and this reason rose past it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LoadMoved {
+    pub(crate) reason: String,
+    pub(crate) share: f64,
+    /// None: the baseline does not know the reason.
+    pub(crate) share_before: Option<f64>,
+}
+
+/// The reason the load moved to, if the baseline's hot reason `hot` is
+/// now below `threshold` and another reason, below it before, is now at
+/// or above it (the largest such).
+pub(crate) fn load_moved(rows: &[Change], hot: Option<&str>, threshold: f64) -> Option<LoadMoved> {
+    let hot = hot?;
+    let fell = rows
+        .iter()
+        .find(|c| c.reason == hot)
+        .and_then(|c| c.now)
+        .is_some_and(|f| !is_hot(f.share, threshold));
+    if !fell {
+        return None;
+    }
+    rows.iter()
+        .filter(|c| c.reason != hot && c.reason != NOT_FOUND_NAME && c.reason != SITES_FULL_NAME)
+        .filter(|c| c.now.is_some_and(|f| is_hot(f.share, threshold)))
+        .filter(|c| !c.before.is_some_and(|f| is_hot(f.share, threshold)))
+        .max_by(|a, b| {
+            let share = |c: &Change| c.now.unwrap_or_default().share;
+            share(a).total_cmp(&share(b))
+        })
+        .map(|c| LoadMoved {
+            reason: c.reason.clone(),
+            share: c.now.unwrap_or_default().share,
+            share_before: c.before.map(|f| f.share),
+        })
+}
+
+/// One recorded setting that differs between the baseline and this run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SystemChange {
+    /// `kernel`, `kernel build id`, `kernel command line` or a knob's
+    /// name (`knob_name`).
+    pub(crate) what: String,
+    pub(crate) before: String,
+    pub(crate) after: String,
+}
+
+/// What was changed on the system between the baseline and this run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FixApplied {
+    /// --fix of this run, and of the baseline.
+    pub(crate) fix: Option<String>,
+    pub(crate) baseline_fix: Option<String>,
+    /// Both sides record the system's settings; false for a baseline of
+    /// an older format (which records only the kernel release): then the
+    /// other settings and the baseline's fix are unknown.
+    pub(crate) recorded: bool,
+    /// Every difference, the kernel release first.
+    pub(crate) changes: Vec<SystemChange>,
+}
+
+impl FixApplied {
+    /// Nothing recorded differs, and everything was recorded.
+    pub(crate) fn no_change(&self) -> bool {
+        self.recorded && self.changes.is_empty()
+    }
+}
+
+/// A knob's state as shown.
+fn knob_state(k: Option<&Knob>) -> String {
+    match k {
+        None => "not recorded".into(),
+        Some(Knob { value: Some(v), .. }) => shown_value(v).to_string(),
+        Some(Knob { error: Some(e), .. }) => format!("unreadable ({e})"),
+        Some(_) => "absent".into(),
+    }
+}
+
+/// The recorded differences between two states: the build id, the
+/// command line, then each knob, the baseline's in its order and then
+/// those only this run records. A choice file counts as changed only if
+/// its choice did (`shown_value`).
+pub(crate) fn system_changes(before: &SystemState, now: &SystemState) -> Vec<SystemChange> {
+    let mut out = Vec::new();
+    let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+    for (what, b, n) in [
+        ("kernel build id", &before.build_id, &now.build_id),
+        ("kernel command line", &before.cmdline, &now.cmdline),
+    ] {
+        if b != n {
+            out.push(SystemChange {
+                what: what.into(),
+                before: unknown(b),
+                after: unknown(n),
+            });
+        }
+    }
+    let mut paths: Vec<&str> = before.knobs.iter().map(|k| k.path.as_str()).collect();
+    for k in &now.knobs {
+        if !paths.contains(&k.path.as_str()) {
+            paths.push(&k.path);
+        }
+    }
+    let find = |s: &'_ SystemState, p: &str| s.knobs.iter().find(|k| k.path == p).cloned();
+    for p in paths {
+        let (b, n) = (
+            knob_state(find(before, p).as_ref()),
+            knob_state(find(now, p).as_ref()),
+        );
+        if b != n {
+            out.push(SystemChange {
+                what: knob_name(p),
+                before: b,
+                after: n,
+            });
+        }
+    }
+    out
+}
+
+/// The baseline's recorded state against this run's.
+pub(crate) fn fix_applied(b: &Saved, info: &RunInfo) -> FixApplied {
+    let mut changes = Vec::new();
+    if b.kernel != info.kernel {
+        changes.push(SystemChange {
+            what: "kernel".into(),
+            before: b.kernel.clone(),
+            after: info.kernel.clone(),
+        });
+    }
+    let recorded = match (&b.system, &info.system) {
+        (Some(before), Some(now)) => {
+            changes.extend(system_changes(before, now));
+            true
+        }
+        _ => false,
+    };
+    FixApplied {
+        fix: info.fix.clone(),
+        baseline_fix: b.fix.clone(),
+        recorded,
+        changes,
+    }
+}
+
 /// A run compared with its baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Comparison {
@@ -275,6 +433,9 @@ pub(crate) struct Comparison {
     pub(crate) verdict: Verdict,
     /// Differences that make the comparison less meaningful.
     pub(crate) warnings: Vec<String>,
+    /// Where the load went, if it moved to another reason.
+    pub(crate) load_moved: Option<LoadMoved>,
+    pub(crate) fix_applied: FixApplied,
 }
 
 fn profile_name(p: Option<&str>) -> &str {
@@ -326,6 +487,7 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
     }
     let same_profile = base.saved.profile == info.profile;
     let verdict = verdict(&before_calls, now, same_profile, base.verify);
+    let load_moved = load_moved(&rows, verdict.reason.as_deref(), base.verify.threshold);
     Comparison {
         file: base.file.clone(),
         baseline: Saved {
@@ -335,6 +497,8 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
         rows,
         verdict,
         warnings,
+        load_moved,
+        fix_applied: fix_applied(&base.saved, info),
     }
 }
 
@@ -543,7 +707,10 @@ mod tests {
                 named: &[],
             },
             true,
-            CFG,
+            VerifyConfig {
+                threshold: 10.0,
+                ..CFG
+            },
         );
         // The special slot is never the hot reason.
         assert_eq!(v.reason.as_deref(), Some("ZAP"));
@@ -561,6 +728,196 @@ mod tests {
     }
 
     #[test]
+    fn a_baseline_without_a_hot_reason_is_inconclusive() {
+        let before = dist(10.0, &[("FAULT_ALLOC", 556), ("ZAP", 444)]);
+        let n = names(&["FAULT_ALLOC", "ZAP"]);
+        let now = dist(10.0, &[("ZAP", 10)]);
+        let side = Side {
+            calls: &now,
+            named: &n,
+        };
+        let v = verdict(&before, side, true, CFG);
+        assert_eq!(
+            (v.outcome, v.reason.as_deref()),
+            (Outcome::Inconclusive, None)
+        );
+        assert_eq!(
+            v.why,
+            "the baseline has no hot reason: its top reason, FAULT_ALLOC, has 55.6% of the calls, below the 80% threshold"
+        );
+        // At the threshold it is hot (the same definition as the summary's).
+        let v = verdict(
+            &before,
+            side,
+            true,
+            VerifyConfig {
+                threshold: 55.6,
+                ..CFG
+            },
+        );
+        assert_eq!(v.reason.as_deref(), Some("FAULT_ALLOC"));
+        assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
+    }
+
+    fn change(reason: &str, before: Option<f64>, now: Option<f64>) -> Change {
+        let fig = |share| Fig {
+            count: 1,
+            rate: 1.0,
+            share,
+        };
+        Change {
+            reason: reason.into(),
+            before: before.map(fig),
+            now: now.map(fig),
+        }
+    }
+
+    #[test]
+    fn load_moves_when_the_hot_reason_fell_and_another_rose_past_the_threshold() {
+        let rows = [
+            change("ZAP", Some(97.0), Some(10.0)),
+            change("FAULT_ALLOC", Some(3.0), Some(85.0)),
+            change("new", None, Some(5.0)),
+        ];
+        assert_eq!(
+            load_moved(&rows, Some("ZAP"), 80.0),
+            Some(LoadMoved {
+                reason: "FAULT_ALLOC".into(),
+                share: 85.0,
+                share_before: Some(3.0)
+            })
+        );
+        // At the threshold counts as past it; the largest one wins.
+        let rows = [
+            change("ZAP", Some(97.0), Some(0.0)),
+            change("a", Some(1.0), Some(30.0)),
+            change("b", None, Some(70.0)),
+        ];
+        let m = load_moved(&rows, Some("ZAP"), 30.0).unwrap();
+        assert_eq!((m.reason.as_str(), m.share_before), ("b", None));
+        assert_eq!(
+            load_moved(&rows, Some("ZAP"), 80.0),
+            None,
+            "none rose past it"
+        );
+        // The hot reason did not fall below the threshold.
+        let rows = [
+            change("ZAP", Some(97.0), Some(80.0)),
+            change("a", Some(3.0), Some(20.0)),
+        ];
+        assert_eq!(load_moved(&rows, Some("ZAP"), 20.0), None);
+        // Already hot before: not where the load went; nor a special slot,
+        // nor anything when the baseline had no hot reason or this run
+        // does not know it.
+        let rows = [
+            change("ZAP", Some(50.0), Some(0.0)),
+            change("a", Some(50.0), Some(50.0)),
+            change(NOT_FOUND_NAME, Some(0.0), Some(50.0)),
+        ];
+        assert_eq!(load_moved(&rows, Some("ZAP"), 50.0), None);
+        assert_eq!(load_moved(&rows, None, 50.0), None);
+        let rows = [
+            change("ZAP", Some(97.0), None),
+            change("a", None, Some(99.0)),
+        ];
+        assert_eq!(load_moved(&rows, Some("ZAP"), 80.0), None);
+    }
+
+    fn state(knobs: &[(&str, Option<&str>)]) -> SystemState {
+        SystemState {
+            build_id: Some("b1".into()),
+            cmdline: Some("ro".into()),
+            knobs: knobs
+                .iter()
+                .map(|&(p, v)| Knob {
+                    path: p.into(),
+                    value: v.map(String::from),
+                    error: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn system_changes_knob_by_knob() {
+        const DEFRAG: &str = "/sys/kernel/mm/transparent_hugepage/defrag";
+        const SWAP: &str = "/proc/sys/vm/swappiness";
+        const GONE: &str = "/sys/kernel/mm/transparent_hugepage/shrink_underused";
+        let before = state(&[
+            (DEFRAG, Some("always defer [madvise] never")),
+            (SWAP, Some("60")),
+            (GONE, None),
+        ]);
+        assert!(system_changes(&before, &before).is_empty());
+        // Another kernel's list of choices, the same choice: no change.
+        let mut now = state(&[
+            (DEFRAG, Some("always defer defer+madvise [madvise] never")),
+            (SWAP, Some("10")),
+            (GONE, Some("1")),
+            ("/proc/sys/vm/extra", Some("x")),
+        ]);
+        now.build_id = None;
+        now.knobs[0].error = None;
+        let shown: Vec<String> = system_changes(&before, &now)
+            .iter()
+            .map(|c| format!("{}: {} → {}", c.what, c.before, c.after))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "kernel build id: b1 → unknown",
+                "vm.swappiness: 60 → 10",
+                "/sys/kernel/mm/transparent_hugepage/shrink_underused: absent → 1",
+                "vm.extra: not recorded → x",
+            ]
+        );
+        now.knobs[1] = Knob {
+            path: SWAP.into(),
+            value: None,
+            error: Some("Permission denied".into()),
+        };
+        now.cmdline = Some("ro quiet".into());
+        let c = system_changes(&before, &now);
+        assert_eq!(
+            (
+                c[1].what.as_str(),
+                c[1].before.as_str(),
+                c[1].after.as_str()
+            ),
+            ("kernel command line", "ro", "ro quiet")
+        );
+        assert_eq!(c[2].after, "unreadable (Permission denied)");
+    }
+
+    #[test]
+    fn fix_applied_lists_the_kernel_and_the_knobs_or_says_unknown() {
+        let mut b = sample();
+        let info = RunInfo {
+            kernel: "6.12.0".into(),
+            profile: b.profile.clone(),
+            system: b.system.clone(),
+            fix: None,
+        };
+        let f = fix_applied(&b, &info);
+        assert!(f.recorded && f.changes.is_empty() && f.no_change(), "{f:?}");
+        assert_eq!(f.baseline_fix.as_deref(), Some("before: THP defaults"));
+        // An older baseline: only the kernel release is known.
+        b.system = None;
+        b.fix = None;
+        b.kernel = "6.1.0".into();
+        let f = fix_applied(&b, &info);
+        assert!(!f.recorded && !f.no_change());
+        assert_eq!(
+            f.changes,
+            [SystemChange {
+                what: "kernel".into(),
+                before: "6.1.0".into(),
+                after: "6.12.0".into()
+            }]
+        );
+    }
+
+    #[test]
     fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
         let mut base = sample();
         base.kernel = "6.1.0".into();
@@ -574,6 +931,7 @@ mod tests {
         let info = RunInfo {
             kernel: "6.12.0".into(),
             profile: None,
+            ..RunInfo::default()
         };
         let c = compare(
             &b,
@@ -602,6 +960,7 @@ mod tests {
         let info = RunInfo {
             kernel: "6.1.0".into(),
             profile: b.saved.profile.clone(),
+            ..RunInfo::default()
         };
         let c = compare(
             &b,

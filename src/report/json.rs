@@ -4,14 +4,18 @@
 
 use serde::{Serialize, Serializer};
 
-use crate::report::compare::{Change, Comparison};
+use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
+
+use crate::report::compare::{Change, Comparison, FixApplied, LoadMoved};
 use crate::report::{
     CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ProcessCount,
-    ReasonStacks, Summary, Verify,
+    ReasonRow, ReasonStacks, Summary, Verify,
 };
 
-/// The JSON schema version written into every object.
-pub(crate) const SCHEMA: u32 = 1;
+/// The JSON schema version written into every object. 2: `hot_reason`
+/// is null unless the top reason reaches the threshold (`top_reason` is
+/// the top one).
+pub(crate) const SCHEMA: u32 = 2;
 
 /// A figure rounded to 3 decimals; NaN and infinities as null.
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +127,7 @@ fn changes(rows: &[Change]) -> Vec<ChangeJson<'_>> {
 #[derive(Serialize)]
 struct BaselineJson<'a> {
     file: &'a str,
+    version: u32,
     func: &'a str,
     kernel: &'a str,
     profile: Option<&'a str>,
@@ -133,6 +138,8 @@ struct BaselineJson<'a> {
     total: u64,
     rate: Num,
     hot_reason: Option<&'a str>,
+    top_reason: Option<&'a str>,
+    fix: Option<&'a str>,
     warnings: &'a [String],
 }
 
@@ -152,24 +159,78 @@ struct VerdictJson<'a> {
     message: &'a str,
 }
 
+#[derive(Serialize)]
+struct LoadMovedJson<'a> {
+    reason: &'a str,
+    share: Num,
+    /// null: the baseline does not know the reason.
+    share_before: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct SystemChangeJson<'a> {
+    what: &'a str,
+    before: &'a str,
+    after: &'a str,
+}
+
+#[derive(Serialize)]
+struct FixAppliedJson<'a> {
+    fix: Option<&'a str>,
+    baseline_fix: Option<&'a str>,
+    /// false: the baseline is of an older format; its settings beside the
+    /// kernel release, and its fix, are unknown.
+    recorded: bool,
+    changes: Vec<SystemChangeJson<'a>>,
+    no_change: bool,
+}
+
+fn fix_applied(f: &FixApplied) -> FixAppliedJson<'_> {
+    FixAppliedJson {
+        fix: f.fix.as_deref(),
+        baseline_fix: f.baseline_fix.as_deref(),
+        recorded: f.recorded,
+        changes: f
+            .changes
+            .iter()
+            .map(|c| SystemChangeJson {
+                what: &c.what,
+                before: &c.before,
+                after: &c.after,
+            })
+            .collect(),
+        no_change: f.no_change(),
+    }
+}
+
 /// The fields a comparison adds to a summary or a pinned instance:
-/// `compare`, `baseline`, `verdict` (all null without one).
-type CompareFields<'a> = (
-    Option<Vec<ChangeJson<'a>>>,
-    Option<BaselineJson<'a>>,
-    Option<VerdictJson<'a>>,
-);
+/// `compare`, `baseline`, `verdict`, `load_moved`, `fix_applied` (all null
+/// without one).
+struct CompareFields<'a> {
+    compare: Option<Vec<ChangeJson<'a>>>,
+    baseline: Option<BaselineJson<'a>>,
+    verdict: Option<VerdictJson<'a>>,
+    load_moved: Option<LoadMovedJson<'a>>,
+    fix_applied: Option<FixAppliedJson<'a>>,
+}
 
 fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
     let Some(c) = cmp else {
-        return (None, None, None);
+        return CompareFields {
+            compare: None,
+            baseline: None,
+            verdict: None,
+            load_moved: None,
+            fix_applied: None,
+        };
     };
     let b = &c.baseline;
     let v = &c.verdict;
-    (
-        Some(changes(&c.rows)),
-        Some(BaselineJson {
+    CompareFields {
+        compare: Some(changes(&c.rows)),
+        baseline: Some(BaselineJson {
             file: &c.file,
+            version: b.version,
             func: &b.func,
             kernel: &b.kernel,
             profile: b.profile.as_deref(),
@@ -179,10 +240,16 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             secs: Num(b.secs),
             total: b.total,
             rate: Num(b.rate),
-            hot_reason: b.hot_reason.as_deref(),
+            hot_reason: v.reason.as_deref(),
+            top_reason: b
+                .reasons
+                .iter()
+                .map(|r| r.reason.as_str())
+                .find(|r| *r != NOT_FOUND_NAME && *r != SITES_FULL_NAME),
+            fix: b.fix.as_deref(),
             warnings: &c.warnings,
         }),
-        Some(VerdictJson {
+        verdict: Some(VerdictJson {
             outcome: v.outcome.phase().name(),
             reason: v.reason.as_deref(),
             share_before: Num(v.before.share),
@@ -196,6 +263,24 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             rate_dropped: v.rate_dropped,
             message: &v.why,
         }),
+        load_moved: c.load_moved.as_ref().map(|m: &LoadMoved| LoadMovedJson {
+            reason: &m.reason,
+            share: Num(m.share),
+            share_before: m.share_before.map(Num),
+        }),
+        fix_applied: Some(fix_applied(&c.fix_applied)),
+    }
+}
+
+/// The top reason, its share, and the hot reason (the top one if its
+/// share reaches the threshold).
+type TopFields<'a> = (Option<&'a str>, Option<Num>, Option<&'a str>);
+
+fn top_fields<'a>(top: Option<&'a ReasonRow>, hot: Option<&'a ReasonRow>) -> TopFields<'a> {
+    (
+        top.map(|r| r.reason.as_str()),
+        top.map(|r| Num(r.share)),
+        hot.map(|r| r.reason.as_str()),
     )
 }
 
@@ -286,6 +371,10 @@ struct SummaryJson<'a> {
     total: u64,
     rate: Num,
     reasons: Vec<Row<'a>>,
+    top_reason: Option<&'a str>,
+    top_share: Option<Num>,
+    hot_reason: Option<&'a str>,
+    threshold: Num,
     other_merges: &'a [String],
     drops: Drops,
     stack_reason: Option<&'a str>,
@@ -305,13 +394,17 @@ struct SummaryJson<'a> {
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    load_moved: Option<LoadMovedJson<'a>>,
+    fix_applied: Option<FixAppliedJson<'a>>,
     filter: Option<&'a FilterInfo>,
+    fix: Option<&'a str>,
 }
 
 /// The final report as a JSON line (no newline).
 pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     let last = sum.stacks.last();
-    let (compare, baseline, verdict) = comparison(sum.compare.as_ref());
+    let c = comparison(sum.compare.as_ref());
+    let (top_reason, top_share, hot_reason) = top_fields(sum.top(), sum.hot());
     to_line(&SummaryJson {
         kind: "summary",
         schema: SCHEMA,
@@ -322,6 +415,10 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         total: sum.calls.total,
         rate: Num(sum.calls.rate),
         reasons: rows(&sum.calls),
+        top_reason,
+        top_share,
+        hot_reason,
+        threshold: Num(sum.threshold),
         other_merges: &sum.other_merges,
         drops: sum.drops,
         stack_reason: last.map(|l| l.reason.as_str()),
@@ -350,10 +447,13 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         start: Num(sum.start),
         kernel: &sum.kernel,
         profile: sum.profile.as_deref(),
-        compare,
-        baseline,
-        verdict,
+        compare: c.compare,
+        baseline: c.baseline,
+        verdict: c.verdict,
+        load_moved: c.load_moved,
+        fix_applied: c.fix_applied,
         filter: sum.filter.as_ref(),
+        fix: sum.fix.as_deref(),
     })
 }
 
@@ -373,16 +473,23 @@ struct PinnedJson<'a> {
     rate: Num,
     reasons: Vec<Row<'a>>,
     hot_reason: Option<&'a str>,
+    top_reason: Option<&'a str>,
+    top_share: Option<Num>,
+    threshold: Num,
     drops: Drops,
     compare: Option<Vec<ChangeJson<'a>>>,
     baseline: Option<BaselineJson<'a>>,
     verdict: Option<VerdictJson<'a>>,
+    load_moved: Option<LoadMovedJson<'a>>,
+    fix_applied: Option<FixAppliedJson<'a>>,
     filter: Option<&'a str>,
+    fix: Option<&'a str>,
 }
 
 /// A pinned instance's totals as a JSON line (no newline).
 pub(crate) fn pinned(p: &Pinned) -> String {
-    let (compare, baseline, verdict) = comparison(p.compare.as_ref());
+    let c = comparison(p.compare.as_ref());
+    let (top_reason, top_share, hot_reason) = top_fields(p.top(), p.hot());
     to_line(&PinnedJson {
         kind: "pinned",
         schema: SCHEMA,
@@ -396,12 +503,18 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         total: p.calls.total,
         rate: Num(p.calls.rate),
         reasons: rows(&p.calls),
-        hot_reason: p.hot().map(|r| r.reason.as_str()),
+        hot_reason,
+        top_reason,
+        top_share,
+        threshold: Num(p.threshold),
         drops: p.drops,
-        compare,
-        baseline,
-        verdict,
+        compare: c.compare,
+        baseline: c.baseline,
+        verdict: c.verdict,
+        load_moved: c.load_moved,
+        fix_applied: c.fix_applied,
         filter: p.filter.as_deref(),
+        fix: p.fix.as_deref(),
     })
 }
 
@@ -436,7 +549,7 @@ mod tests {
         };
         assert_eq!(
             interval(&iv, 5),
-            "{\"type\":\"interval\",\"schema\":1,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
+            "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
         );
         let iv = IntervalReport {
             stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
@@ -475,6 +588,15 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("ZAP (the baseline's hot reason): "));
+        assert!(j.contains(",\"load_moved\":{\"reason\":\"FAULT_ALLOC\",\"share\":100,\"share_before\":20},\"fix_applied\":{\"fix\":\"defrag defer, max_ptes_none 0\",\"baseline_fix\":\"before: THP defaults\",\"recorded\":true,\"changes\":[{\"what\":\"/sys/kernel/mm/transparent_hugepage/defrag\",\"before\":\"madvise\",\"after\":\"defer\"},{\"what\":\"/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_none\",\"before\":\"511\",\"after\":\"0\"}],\"no_change\":false},"), "{j}");
+        assert_eq!(v["baseline"]["version"], 2);
+        assert_eq!(v["baseline"]["top_reason"], "ZAP");
+        assert_eq!(v["baseline"]["fix"], "before: THP defaults");
+        assert_eq!(v["fix"], "defrag defer, max_ptes_none 0");
+        assert_eq!(
+            (v["top_reason"].as_str(), v["hot_reason"].as_str()),
+            (Some("FAULT_ALLOC"), Some("FAULT_ALLOC"))
+        );
     }
 
     #[test]
@@ -482,7 +604,7 @@ mod tests {
         let j = summary(&sample_summary(), 5);
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["type"], "summary");
-        assert_eq!(v["schema"], 1);
+        assert_eq!(v["schema"], 2);
         assert_eq!(v["drops"]["stacks_rate_capped"], 7);
         // Drops in report order (serde_json's Value would sort them).
         assert!(j.contains("\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":7,\"stacks_ringbuf_full\":0,\"own_calls\":0}"), "{j}");
@@ -497,14 +619,25 @@ mod tests {
         assert_eq!(v["bpf"]["run_cnt"], 0);
         assert_eq!(v["uncached"], 0);
         assert!(
-            j.starts_with("{\"type\":\"summary\",\"schema\":1,\"func\":\"f\",\"mode\":\"fentry\"")
+            j.starts_with("{\"type\":\"summary\",\"schema\":2,\"func\":\"f\",\"mode\":\"fentry\"")
         );
         // Field order is part of the line format the guest tests grep.
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys.len(), 29, "{keys:?}");
+        assert_eq!(keys.len(), 36, "{keys:?}");
         assert_eq!(v["kernel"], "6.12.0");
         assert_eq!(v["start"], 1_700_000_000);
-        for k in ["profile", "compare", "baseline", "verdict", "filter"] {
+        // 75% is below the 80% threshold: a top reason, no hot one.
+        assert!(j.contains(",\"top_reason\":\"do_huge_pmd_anonymous_page\",\"top_share\":75,\"hot_reason\":null,\"threshold\":80,"), "{j}");
+        for k in [
+            "profile",
+            "compare",
+            "baseline",
+            "verdict",
+            "load_moved",
+            "fix_applied",
+            "filter",
+            "fix",
+        ] {
             assert_eq!(v[k], serde_json::Value::Null, "{k}");
         }
         assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);

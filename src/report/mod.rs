@@ -13,6 +13,28 @@ pub(crate) mod text;
 
 use compare::{Change, Comparison};
 
+use crate::system::SystemState;
+
+/// The --threshold default: the share at which a reason is hot.
+pub(crate) const DEFAULT_THRESHOLD: f64 = 80.0;
+
+/// Whether a reason with `share` percent of the calls is hot: at or above
+/// the threshold (--threshold). The one definition, for the summary's
+/// "hot reason" and the verdict's (the trigger asks the same of the last
+/// second, with confidence bounds for its small samples).
+pub(crate) fn is_hot(share: f64, threshold: f64) -> bool {
+    share >= threshold
+}
+
+/// "hot reason" or "top reason", as the share makes it.
+pub(crate) fn top_label(share: f64, threshold: f64) -> &'static str {
+    if is_hot(share, threshold) {
+        "hot reason"
+    } else {
+        "top reason"
+    }
+}
+
 /// One reason's figures over an interval or the whole run.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ReasonRow {
@@ -305,12 +327,23 @@ pub(crate) struct Summary {
     pub(crate) compare: Option<Comparison>,
     /// Which calls were counted (None: all).
     pub(crate) filter: Option<FilterInfo>,
+    /// --threshold: the share at which a reason is hot.
+    pub(crate) threshold: f64,
+    /// The system's settings during the run, and --fix.
+    pub(crate) system: Option<SystemState>,
+    pub(crate) fix: Option<String>,
 }
 
 impl Summary {
-    /// The reason with the most calls, special slots aside.
-    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+    /// The reason with the most calls, special slots aside: hot if its
+    /// share reaches the threshold (`is_hot`).
+    pub(crate) fn top(&self) -> Option<&ReasonRow> {
         self.calls.rows.iter().find(|r| !r.special)
+    }
+
+    /// The top reason if it is hot.
+    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+        self.top().filter(|r| is_hot(r.share, self.threshold))
     }
 }
 
@@ -333,12 +366,23 @@ pub(crate) struct Pinned {
     pub(crate) compare: Option<Comparison>,
     /// The filter fixed at pin time, in words (None: every call counts).
     pub(crate) filter: Option<String>,
+    /// The share at which a reason is hot (`topdown show --threshold`).
+    pub(crate) threshold: f64,
+    /// With `show --save` or `--baseline`: the system's settings now, and
+    /// --fix.
+    pub(crate) system: Option<SystemState>,
+    pub(crate) fix: Option<String>,
 }
 
 impl Pinned {
     /// The reason with the most calls, special slots aside.
-    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+    pub(crate) fn top(&self) -> Option<&ReasonRow> {
         self.calls.rows.iter().find(|r| !r.special && r.count > 0)
+    }
+
+    /// The top reason if it is hot.
+    pub(crate) fn hot(&self) -> Option<&ReasonRow> {
+        self.top().filter(|r| is_hot(r.share, self.threshold))
     }
 }
 

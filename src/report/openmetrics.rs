@@ -126,6 +126,9 @@ mod tests {
             },
             compare: None,
             filter: None,
+            threshold: 80.0,
+            system: None,
+            fix: None,
         }
     }
 

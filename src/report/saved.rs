@@ -3,6 +3,11 @@
 //! documented in topdown(8) (RESULT FILES). Within one version fields are
 //! only added, never removed or given another meaning; a reader takes its
 //! own version and older ones, and ignores fields it does not know.
+//!
+//! Version 2 added the system's settings (`system`), `fix`, `threshold`
+//! and `top_reason`, and gave `hot_reason` the threshold's meaning (in
+//! version 1 it was the top reason, hot or not). A version 1 file reads
+//! with those unknown.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -13,11 +18,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 use crate::report::{Distribution, Drops, Pinned, ReasonRow, Summary};
+use crate::system::SystemState;
 
 /// The `format` of a result file, and the newest version this topdown
 /// reads and the one it writes.
 pub(crate) const FORMAT: &str = "topdown-result";
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// One reason's calls over the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,12 +76,25 @@ pub(crate) struct Saved {
     pub(crate) rate: f64,
     /// Reasons with calls, most first.
     pub(crate) reasons: Vec<SavedRow>,
+    /// The top reason if its share reached `threshold` (version 1: the
+    /// top reason).
     pub(crate) hot_reason: Option<String>,
     /// The top stacks of every reason captured, in the order capture
     /// reached them.
     pub(crate) stacks: Vec<SavedStacks>,
     #[serde(default)]
     pub(crate) drops: Drops,
+    /// The reason with most calls, and --threshold (version 2 on).
+    #[serde(default)]
+    pub(crate) top_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) threshold: Option<f64>,
+    /// --fix, and the system's settings (version 2 on; None in an older
+    /// file: unknown).
+    #[serde(default)]
+    pub(crate) fix: Option<String>,
+    #[serde(default)]
+    pub(crate) system: Option<SystemState>,
 }
 
 /// A figure rounded to 3 decimals, as in the NDJSON output.
@@ -120,6 +139,10 @@ impl Saved {
             rate: round(sum.calls.rate),
             reasons: saved_rows(&sum.calls),
             hot_reason: sum.hot().map(|r| r.reason.clone()),
+            top_reason: sum.top().map(|r| r.reason.clone()),
+            threshold: Some(sum.threshold),
+            fix: sum.fix.clone(),
+            system: sum.system.clone(),
             stacks: sum
                 .stacks
                 .iter()
@@ -165,6 +188,10 @@ impl Saved {
             rate: round(p.calls.rate),
             reasons: saved_rows(&p.calls),
             hot_reason: p.hot().map(|r| r.reason.clone()),
+            top_reason: p.top().map(|r| r.reason.clone()),
+            threshold: Some(p.threshold),
+            fix: p.fix.clone(),
+            system: p.system.clone(),
             stacks: Vec::new(),
             drops: p.drops,
         }
@@ -215,8 +242,12 @@ impl Saved {
             }
             _ => return Err("no valid format version".into()),
         }
-        let saved: Saved =
+        let mut saved: Saved =
             serde_json::from_value(v).map_err(|e| format!("not a valid topdown result ({e})"))?;
+        if saved.version == 1 {
+            // Its hot reason was the top one, whatever its share.
+            saved.top_reason = saved.hot_reason.take();
+        }
         match func {
             Some(f) if saved.func != f => Err(format!(
                 "it is a result for function {}, not {f}",
@@ -415,7 +446,48 @@ pub(crate) mod tests {
                 }],
             }],
             drops: Drops::default(),
+            top_reason: Some("ZAP".into()),
+            threshold: Some(80.0),
+            fix: Some("before: THP defaults".into()),
+            system: Some(SystemState {
+                build_id: Some("ab01".into()),
+                cmdline: Some("console=ttyS0".into()),
+                knobs: vec![
+                    knob(
+                        THP_DEFRAG,
+                        Some("always defer defer+madvise [madvise] never"),
+                    ),
+                    knob(MAX_PTES_NONE, Some("511")),
+                    knob("/sys/kernel/mm/transparent_hugepage/shrink_underused", None),
+                ],
+            }),
         }
+    }
+
+    pub(crate) const THP_DEFRAG: &str = "/sys/kernel/mm/transparent_hugepage/defrag";
+    pub(crate) const MAX_PTES_NONE: &str =
+        "/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_none";
+
+    pub(crate) fn knob(path: &str, value: Option<&str>) -> crate::system::Knob {
+        crate::system::Knob {
+            path: path.into(),
+            value: value.map(String::from),
+            error: None,
+        }
+    }
+
+    /// A result file of format version 1, as topdown wrote it before
+    /// version 2 (`tests/data/result-v1.json`).
+    const V1: &str = include_str!("../../tests/data/result-v1.json");
+
+    #[test]
+    fn a_version_1_file_reads_with_its_new_parts_unknown() {
+        let s = Saved::parse(V1, Some("deferred_split_folio")).unwrap();
+        assert_eq!((s.version, s.total, s.reasons.len()), (1, 250, 2));
+        // Its "hot_reason" was the top reason, hot or not.
+        assert_eq!((s.hot_reason, s.top_reason.as_deref()), (None, Some("ZAP")));
+        assert_eq!((s.threshold, s.fix, s.system), (None, None, None));
+        assert_eq!(s.drops.stacks_rate_capped, 2);
     }
 
     #[test]
@@ -423,7 +495,7 @@ pub(crate) mod tests {
         let s = sample();
         let text = s.to_json();
         assert!(
-            text.starts_with("{\"format\":\"topdown-result\",\"version\":1,"),
+            text.starts_with("{\"format\":\"topdown-result\",\"version\":2,"),
             "{text}"
         );
         assert_eq!(Saved::parse(&text, Some("deferred_split_folio")), Ok(s));
@@ -444,10 +516,10 @@ pub(crate) mod tests {
         assert!(err("").starts_with("not JSON ("), "{}", err(""));
         assert!(err("{\"type\":\"summary\"}").starts_with("not a topdown result"));
         let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
-        v["version"] = 2.into();
+        v["version"] = 3.into();
         assert_eq!(
             err(&v.to_string()),
-            "format version 2 is newer than this topdown reads (1): use a newer topdown"
+            "format version 3 is newer than this topdown reads (2): use a newer topdown"
         );
         v["version"] = 0.into();
         assert_eq!(err(&v.to_string()), "no valid format version");

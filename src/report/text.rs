@@ -2,9 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::report::compare::{Change, Comparison, Fig};
+use crate::report::compare::{Change, Comparison, Fig, FixApplied, LoadMoved};
 use crate::report::{
-    calls, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount, ReasonStacks, Summary,
+    calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
+    ReasonRow, ReasonStacks, Summary,
 };
 
 fn table(out: &mut String, d: &Distribution, count_title: &str) {
@@ -149,6 +150,62 @@ fn before_after(s: &mut String, cmp: &Comparison) {
     }
     let v = &cmp.verdict;
     let _ = writeln!(s, "  {}: {}", v.outcome.phase().name(), v.why);
+    if let Some(m) = &cmp.load_moved {
+        let _ = writeln!(s, "  {}", load_moved(m));
+    }
+    fix_applied(s, &cmp.fix_applied, cmp.baseline.version);
+}
+
+/// `load moved to X: share 85.0%, was 3.0%`.
+pub(crate) fn load_moved(m: &LoadMoved) -> String {
+    let was = m
+        .share_before
+        .map_or("not in the baseline".into(), |b| format!("was {b:.1}%"));
+    format!("load moved to {}: share {:.1}%, {was}", m.reason, m.share)
+}
+
+/// What was changed on the system: both --fix texts, then each recorded
+/// difference `before → after`, or that there is none.
+fn fix_applied(s: &mut String, f: &FixApplied, baseline_version: u32) {
+    let text = |t: &Option<String>, known: bool| match t {
+        Some(t) => format!("\"{t}\""),
+        None if known => "none given".into(),
+        None => "unknown".into(),
+    };
+    let _ = writeln!(
+        s,
+        "  fix applied: {} (baseline: {})",
+        text(&f.fix, true),
+        text(&f.baseline_fix, f.recorded)
+    );
+    for c in &f.changes {
+        let _ = writeln!(s, "    {}: {} → {}", c.what, c.before, c.after);
+    }
+    if !f.recorded {
+        let _ = writeln!(
+            s,
+            "    kernel build id, command line and knobs: unknown (the baseline is a result file of format version {baseline_version}, which does not record them)"
+        );
+    } else if f.no_change() {
+        let _ = writeln!(s, "    no recorded change");
+    }
+}
+
+/// `hot reason: X (85.0%)`, or `top reason: X (55.6%, below the 80%
+/// threshold)`.
+fn top_line(s: &mut String, top: &ReasonRow, threshold: f64) {
+    let below = if is_hot(top.share, threshold) {
+        String::new()
+    } else {
+        format!(", below the {threshold}% threshold")
+    };
+    let _ = writeln!(
+        s,
+        "  {}: {} ({:.1}%{below})",
+        top_label(top.share, threshold),
+        top.reason,
+        top.share
+    );
 }
 
 /// Processes shown with each stack.
@@ -235,8 +292,8 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             sum.other_merges.len()
         );
     }
-    if let Some(hot) = sum.hot() {
-        let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
+    if let Some(top) = sum.top() {
+        top_line(&mut s, top, sum.threshold);
     }
     if !sum.captures.is_empty() {
         s.push_str(&captures(sum));
@@ -350,8 +407,8 @@ pub(crate) fn pinned(p: &Pinned) -> String {
     if !shown.rows.is_empty() {
         table(&mut s, &shown, "TOTAL");
     }
-    if let Some(hot) = p.hot() {
-        let _ = writeln!(s, "  hot reason: {} ({:.1}%)", hot.reason, hot.share);
+    if let Some(top) = p.top() {
+        top_line(&mut s, top, p.threshold);
     }
     if let Some(cmp) = &p.compare {
         before_after(&mut s, cmp);
@@ -512,6 +569,9 @@ pub(crate) mod tests {
             companion: None,
             compare: None,
             filter: None,
+            threshold: 80.0,
+            system: None,
+            fix: None,
         }
     }
 
@@ -587,7 +647,12 @@ pub(crate) mod tests {
     fn summary_reports_drops_hot_reason_and_stacks_in_order() {
         let t = summary(&sample_summary(), 5);
         assert!(t.contains("phase reached: stack capture"));
-        assert!(t.contains("hot reason: do_huge_pmd_anonymous_page (75.0%)"));
+        assert!(t.contains(
+            "\n  top reason: do_huge_pmd_anonymous_page (75.0%, below the 80% threshold)\n"
+        ));
+        let mut hot = sample_summary();
+        hot.threshold = 75.0;
+        assert!(summary(&hot, 5).contains("\n  hot reason: do_huge_pmd_anonymous_page (75.0%)\n"));
         assert!(t.contains("stacks rate capped=7"));
         assert!(t.contains("      a\n      b\n"));
         let first = t
@@ -630,7 +695,7 @@ pub(crate) mod tests {
                 ..row("[caller not found]", 100, 1.0, 70.0)
             },
         );
-        assert_eq!(s.hot().unwrap().reason, "do_huge_pmd_anonymous_page");
+        assert_eq!(s.top().unwrap().reason, "do_huge_pmd_anonymous_page");
     }
 
     #[test]
@@ -654,13 +719,24 @@ pub(crate) mod tests {
             drops: Drops::default(),
             compare: None,
             filter: None,
+            threshold: 80.0,
+            system: None,
+            fix: None,
         };
         let t = pinned(&p);
         assert!(
             t.starts_with("f: 40 calls in 1h 2m 3s since it was pinned (20.0/s), mode fentry, one reason per caller\n"),
             "{t}"
         );
-        assert!(t.contains("  hot reason: a (75.0%)\n"), "{t}");
+        assert!(
+            t.contains("  top reason: a (75.0%, below the 80% threshold)\n"),
+            "{t}"
+        );
+        assert!(pinned(&Pinned {
+            threshold: 70.0,
+            ..p.clone()
+        })
+        .contains("  hot reason: a (75.0%)\n"));
         assert!(
             !t.contains("  c "),
             "reasons without calls are left out: {t}"
@@ -691,15 +767,31 @@ pub(crate) mod tests {
                 drop: 50.0,
             },
         };
+        use crate::report::saved::tests::{knob, MAX_PTES_NONE, THP_DEFRAG};
         let info = RunInfo {
             kernel: "6.12.0".into(),
             profile: sum.profile.clone(),
+            system: Some(crate::system::SystemState {
+                build_id: Some("ab01".into()),
+                cmdline: Some("console=ttyS0".into()),
+                knobs: vec![
+                    knob(
+                        THP_DEFRAG,
+                        Some("always [defer] defer+madvise madvise never"),
+                    ),
+                    knob(MAX_PTES_NONE, Some("0")),
+                    knob("/sys/kernel/mm/transparent_hugepage/shrink_underused", None),
+                ],
+            }),
+            fix: Some("defrag defer, max_ptes_none 0".into()),
         };
         let now = Side {
             calls: &sum.calls,
             named: &sum.named,
         };
         let cmp = compare(&b, now, &info);
+        sum.fix = info.fix.clone();
+        sum.system = info.system.clone();
         sum.phase = cmp.verdict.outcome.phase();
         sum.compare = Some(cmp);
         sum
@@ -717,6 +809,21 @@ pub(crate) mod tests {
         assert!(t.contains(", 250 calls in 10.0s, 25.0/s):\n    REASON        BEFORE/s      NOW/s   CHANGE  BEFORE%     NOW%    CHANGE\n    ZAP               20.0        0.0    0.00x    80.0%     0.0%   -80.0pp\n    FAULT_ALLOC        5.0        6.0    1.20x    20.0%   100.0%   +80.0pp\n"), "{t}");
         assert!(t.contains("\n  fix verified: ZAP (the baseline's hot reason): share 0.0% (was 80.0%), below the 80% threshold; rate fell 100.0%, from 20.0/s to 0.0/s (a fall of 50% needed)\n"), "{t}");
         assert!(!t.contains("warning:"), "{t}");
+        // Then where the load went, and what was changed on the system.
+        assert!(t.contains("(a fall of 50% needed)\n  load moved to FAULT_ALLOC: share 100.0%, was 20.0%\n  fix applied: \"defrag defer, max_ptes_none 0\" (baseline: \"before: THP defaults\")\n    /sys/kernel/mm/transparent_hugepage/defrag: madvise → defer\n    /sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_none: 511 → 0\n  drops:"), "{t}");
+        // Nothing changed; an older baseline, which records none of it.
+        let mut same = compared_summary();
+        let cmp = same.compare.as_mut().unwrap();
+        cmp.fix_applied.changes.clear();
+        cmp.fix_applied.fix = None;
+        let t = summary(&same, 5);
+        assert!(t.contains("\n  fix applied: none given (baseline: \"before: THP defaults\")\n    no recorded change\n"), "{t}");
+        let cmp = same.compare.as_mut().unwrap();
+        cmp.fix_applied.recorded = false;
+        cmp.fix_applied.baseline_fix = None;
+        cmp.baseline.version = 1;
+        let t = summary(&same, 5);
+        assert!(t.contains("\n  fix applied: none given (baseline: unknown)\n    kernel build id, command line and knobs: unknown (the baseline is a result file of format version 1, which does not record them)\n  drops:"), "{t}");
     }
 
     #[test]

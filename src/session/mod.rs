@@ -411,6 +411,9 @@ pub(crate) fn snapshot(
         drops: state::drops(slot(SLOT_NOT_FOUND), slot(SLOT_SITES_FULL), &stats, &prog),
         compare: None,
         filter: meta.filter.clone(),
+        threshold: crate::report::DEFAULT_THRESHOLD,
+        system: None,
+        fix: None,
     })
 }
 

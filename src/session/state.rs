@@ -272,6 +272,9 @@ impl State {
             companion: end.companion.map(|(k, p)| (k, cost(p))),
             compare: None,
             filter: end.filter.clone(),
+            threshold: self.threshold(),
+            system: end.info.system.clone(),
+            fix: end.info.fix.clone(),
         }
     }
 }
@@ -336,6 +339,8 @@ mod tests {
         static INFO: RunInfo = RunInfo {
             kernel: String::new(),
             profile: None,
+            system: None,
+            fix: None,
         };
         End {
             func: "deferred_split_folio",
@@ -460,7 +465,8 @@ mod tests {
             ("ZAP", 2.0, 3.0, 100, 1)
         );
         assert_eq!(sum.verify, None);
-        assert_eq!(sum.hot().unwrap().reason, "ZAP");
+        assert_eq!(sum.top().unwrap().reason, "ZAP");
+        assert_eq!(sum.threshold, 80.0);
     }
 
     #[test]
