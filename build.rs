@@ -1,17 +1,29 @@
 use std::env;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
+use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
 
 const SRC: &str = "src/bpf/topdown.bpf.c";
 
+/// The oldest libbpf the system-libbpf feature builds against: the oldest tried
+/// that works (Debian 13's). Debian 12's 1.1 lacks bpf_prog_get_info_by_fd (1.2),
+/// which libbpf-rs calls; 1.2 to 1.4 were not tried (README, Packaging).
+const LIBBPF_MIN: (u32, u32) = (1, 5);
+
 fn main() {
+    if !check_libbpf() {
+        return;
+    }
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("CARGO_CFG_TARGET_ARCH");
     let vmlinux = manifest.join("vmlinux").join(&arch);
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("topdown.skel.rs");
     let clang = env::var_os("CLANG").unwrap_or_else(|| "clang".into());
+    let mut prefix_map = OsString::from("-ffile-prefix-map=");
+    prefix_map.push(&manifest);
+    prefix_map.push("=.");
 
     SkeletonBuilder::new()
         .source(SRC)
@@ -21,10 +33,84 @@ fn main() {
             vmlinux.as_os_str(),
             OsStr::new("-mcpu=v3"),
             OsStr::new("-Wall"),
+            // The BTF line information names source files: relative ones, so that
+            // the binary does not depend on where it was built (reproducible builds).
+            prefix_map.as_os_str(),
         ])
         .build_and_generate(&out)
         .unwrap_or_else(|e| panic!("building {SRC}: {e:#}"));
     println!("cargo:rerun-if-changed=src/bpf");
     println!("cargo:rerun-if-changed=vmlinux");
     println!("cargo:rerun-if-env-changed=CLANG");
+}
+
+/// With the system-libbpf feature, checks the distribution's libbpf (pkg-config)
+/// and adds its library directory; false after reporting an error.
+fn check_libbpf() -> bool {
+    let vendored = env::var_os("CARGO_FEATURE_VENDORED_LIBBPF").is_some();
+    let system = env::var_os("CARGO_FEATURE_SYSTEM_LIBBPF").is_some();
+    let error = |msg: String| {
+        println!("cargo::error={msg}");
+        false
+    };
+    match (vendored, system) {
+        (true, false) => return true,
+        (true, true) => {
+            return error(
+                "features vendored-libbpf and system-libbpf exclude each other: \
+                 build with --no-default-features --features system-libbpf"
+                    .into(),
+            )
+        }
+        (false, false) => {
+            return error(
+                "no libbpf chosen: build with the default feature vendored-libbpf, \
+                 or with --features system-libbpf"
+                    .into(),
+            )
+        }
+        (false, true) => {}
+    }
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    let pkg_config = env::var_os("PKG_CONFIG").unwrap_or_else(|| "pkg-config".into());
+    let need = format!("libbpf >= {}.{}", LIBBPF_MIN.0, LIBBPF_MIN.1);
+    let query = |arg: &str| {
+        Command::new(&pkg_config)
+            .args([arg, "libbpf"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(version) = query("--modversion") else {
+        return error(format!(
+            "feature system-libbpf: pkg-config finds no libbpf; it needs {need} \
+             (Debian: libbpf-dev), or build the default vendored libbpf"
+        ));
+    };
+    if !new_enough(&version, LIBBPF_MIN) {
+        return error(format!(
+            "feature system-libbpf needs {need}, pkg-config finds libbpf {version}: \
+             install a newer libbpf-dev, or build the default vendored libbpf"
+        ));
+    }
+    for dir in query("--libs-only-L")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        if let Some(dir) = dir.strip_prefix("-L") {
+            println!("cargo:rustc-link-search=native={dir}");
+        }
+    }
+    true
+}
+
+/// Whether version "MAJOR.MINOR[.PATCH...]" is at least `min`.
+fn new_enough(version: &str, min: (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= min,
+        _ => false,
+    }
 }
