@@ -1,6 +1,6 @@
 use std::env;
-use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
@@ -12,33 +12,63 @@ const SRC: &str = "src/bpf/topdown.bpf.c";
 /// which libbpf-rs calls; 1.2 to 1.4 were not tried (README, Packaging).
 const LIBBPF_MIN: (u32, u32) = (1, 5);
 
+/// The arguments clang compiles the BPF C with for one architecture
+/// (Rust's name for it, as vmlinux/ names its directories).
+fn clang_args(manifest: &Path, arch: &str) -> Vec<OsString> {
+    let define = match arch {
+        "x86_64" => "x86",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    vec![
+        "-I".into(),
+        manifest.join("vmlinux").join(arch).into_os_string(),
+        format!("-D__TARGET_ARCH_{define}").into(),
+        "-mcpu=v3".into(),
+        "-Wall".into(),
+        // The BTF line information names source files: relative ones, so that
+        // the binary does not depend on where it was built (reproducible builds).
+        prefix_map(manifest),
+        // A warning in BPF C is often a bug the verifier will not catch
+        // (an implicit declaration, a comparison that does nothing).
+        "-Werror".into(),
+    ]
+}
+
+/// `-ffile-prefix-map=MANIFEST=.`
+fn prefix_map(manifest: &Path) -> OsString {
+    let mut m = OsString::from("-ffile-prefix-map=");
+    m.push(manifest);
+    m.push("=.");
+    m
+}
+
 fn main() {
     if !check_libbpf() {
         return;
     }
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("CARGO_CFG_TARGET_ARCH");
-    let vmlinux = manifest.join("vmlinux").join(&arch);
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("topdown.skel.rs");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let clang = env::var_os("CLANG").unwrap_or_else(|| "clang".into());
-    let mut prefix_map = OsString::from("-ffile-prefix-map=");
-    prefix_map.push(&manifest);
-    prefix_map.push("=.");
 
     SkeletonBuilder::new()
         .source(SRC)
-        .clang(clang)
-        .clang_args([
-            OsStr::new("-I"),
-            vmlinux.as_os_str(),
-            OsStr::new("-mcpu=v3"),
-            OsStr::new("-Wall"),
-            // The BTF line information names source files: relative ones, so that
-            // the binary does not depend on where it was built (reproducible builds).
-            prefix_map.as_os_str(),
-        ])
-        .build_and_generate(&out)
+        .clang(&clang)
+        .clang_args(clang_args(&manifest, &arch))
+        .build_and_generate(out_dir.join("topdown.skel.rs"))
         .unwrap_or_else(|e| panic!("building {SRC}: {e:#}"));
+    // The other architecture's object too, thrown away: each build checks
+    // that both compile without a warning, whichever it is for.
+    for other in ["x86_64", "aarch64"].into_iter().filter(|a| *a != arch) {
+        SkeletonBuilder::new()
+            .source(SRC)
+            .obj(out_dir.join(format!("topdown-{other}.bpf.o")))
+            .clang(&clang)
+            .clang_args(clang_args(&manifest, other))
+            .build()
+            .unwrap_or_else(|e| panic!("building {SRC} for {other}: {e:#}"));
+    }
     println!("cargo:rerun-if-changed=src/bpf");
     println!("cargo:rerun-if-changed=vmlinux");
     println!("cargo:rerun-if-env-changed=CLANG");

@@ -310,11 +310,11 @@ static __always_inline __u64 caller_at(void *ctx, __u32 off, __u64 func)
 
 #if defined(__TARGET_ARCH_x86)
 /*
- * Whether the instruction before return address `ret` is a call: of FUNC
- * (e8 rel32), or an indirect one (ff /2 through a register, or e8 to a
- * retpoline thunk). Reads the 8 code bytes before `ret`; 0 where unmapped.
+ * Whether the instruction before return address `ret` is a call: a direct
+ * one (e8 rel32) or an indirect one (ff /2 through a register). Reads the 8
+ * code bytes before `ret`; false where unmapped.
  */
-static __always_inline bool called_from(__u64 ret, __u64 func)
+static __always_inline bool called_from(__u64 ret)
 {
 	__u64 code = 0;
 
@@ -322,9 +322,12 @@ static __always_inline bool called_from(__u64 ret, __u64 func)
 		code = bpf_core_cast((void *)(ret - 8), struct pt_regs)->r15;
 	else if (bpf_probe_read_kernel(&code, sizeof(code), (void *)(ret - 8)))
 		return false;
-	/* call rel32 (e8): FUNC itself, or a retpoline thunk */
+	/*
+	 * call rel32 (e8): to FUNC, or to a retpoline or call-depth thunk,
+	 * whose targets are not known here: any call rel32 is taken.
+	 */
 	if ((__u8)(code >> 24) == 0xe8)
-		return ret + (__s32)(code >> 32) == func || true;
+		return true;
 	/* call *%reg (ff d0+r) */
 	return (__u8)(code >> 48) == 0xff && ((__u8)(code >> 56) & 0xf8) == 0xd0;
 }
@@ -336,11 +339,11 @@ static __always_inline bool called_from(__u64 ret, __u64 func)
  * return-value slot: word nr_args + 2. Searched around there, and taken
  * only if it follows a call instruction.
  */
-static __always_inline __u64 jmp_caller_at(void *ctx, __u32 off, __u64 func)
+static __always_inline __u64 jmp_caller_at(void *ctx, __u32 off)
 {
 	__u64 w[TD_FRAME_WORDS];
 
-	if (!frame_words(ctx, off, w) || w[0] < 0xffff000000000000ULL || !called_from(w[0], func))
+	if (!frame_words(ctx, off, w) || w[0] < 0xffff000000000000ULL || !called_from(w[0]))
 		return 0;
 	return w[0];
 }
@@ -365,7 +368,7 @@ static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 	__u32 k = *(volatile __u32 *)&entry_off;
 
 	if (k & TD_JMP_FRAME) {
-		ret = jmp_caller_at(ctx, k & TD_WORD_OFFSETS, func);
+		ret = jmp_caller_at(ctx, k & TD_WORD_OFFSETS);
 		if (ret)
 			return ret;
 	}
@@ -388,7 +391,7 @@ static __noinline __u64 fentry_caller_search(void *ctx, __u64 func)
 
 			if (i >= TD_SCAN_SLOTS)
 				break;
-			ret = jmp_caller_at(ctx, i * 8, func);
+			ret = jmp_caller_at(ctx, i * 8);
 			if (ret) {
 				entry_off = TD_JMP_FRAME | i * 8;
 				return ret;
@@ -1098,7 +1101,11 @@ static __always_inline bool verifies_all(enum td_path path)
 static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 {
 	if (kind == TD_FENTRY)
+#if TD_QUICK_FENTRY
 		return quick_fentry() ? fentry_caller_quick(ctx) : fentry_caller(ctx);
+#else
+		return fentry_caller(ctx);
+#endif
 	if (kind == TD_KPROBE)
 		return kprobe_caller(ctx);
 	return ((struct td_raw_tp_args *)ctx)->args[0];
