@@ -8,6 +8,7 @@ use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
+use crate::funcname::{self, FuncName};
 use crate::reasons::MAX_REASONS;
 
 /// Count a kernel function's calls by caller path, and capture the stacks of
@@ -132,8 +133,9 @@ pub struct FilterArgs {
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
     /// Kernel function to trace.
-    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
-    pub func: Option<String>,
+    #[arg(value_name = "FUNC", required_unless_present = "list_profiles",
+          value_parser = funcname::parse_arg)]
+    pub func: Option<FuncName>,
 
     /// Seconds between reports.
     #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
@@ -240,8 +242,8 @@ pub struct TraceArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PinArgs {
     /// Kernel function to count.
-    #[arg(value_name = "FUNC")]
-    pub func: String,
+    #[arg(value_name = "FUNC", value_parser = funcname::parse_arg)]
+    pub func: FuncName,
 
     #[command(flatten)]
     pub mode: ModeArgs,
@@ -269,8 +271,8 @@ pub struct PinArgs {
 #[command(group = ArgGroup::new("show_result").args(["save", "baseline"]).multiple(true))]
 pub struct ShowArgs {
     /// Pinned functions to show (default: all).
-    #[arg(value_name = "FUNC")]
-    pub funcs: Vec<String>,
+    #[arg(value_name = "FUNC", value_parser = funcname::parse_arg)]
+    pub funcs: Vec<FuncName>,
 
     /// Print NDJSON, one object per function.
     #[arg(long)]
@@ -303,9 +305,10 @@ pub struct UnpinArgs {
     #[arg(
         value_name = "FUNC",
         required_unless_present = "all",
-        conflicts_with = "all"
+        conflicts_with = "all",
+        value_parser = funcname::parse_arg
     )]
-    pub funcs: Vec<String>,
+    pub funcs: Vec<FuncName>,
 
     /// Remove every pinned function.
     #[arg(long)]

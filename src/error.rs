@@ -6,6 +6,8 @@ use std::fmt;
 pub struct Error {
     msg: String,
     errno: Option<i32>,
+    /// A usage error (exit status 2): options that cannot go together.
+    usage: bool,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -15,7 +17,22 @@ impl Error {
         Error {
             msg: msg.into(),
             errno: None,
+            usage: false,
         }
+    }
+
+    /// A usage error: the command line asks for what cannot be done,
+    /// whatever the system (exit status 2).
+    pub(crate) fn usage(msg: impl Into<String>) -> Self {
+        Error {
+            usage: true,
+            ..Error::msg(msg)
+        }
+    }
+
+    /// Whether this is a usage error.
+    pub fn is_usage(&self) -> bool {
+        self.usage
     }
 
     /// A libbpf error with what we were doing when it happened.
@@ -23,6 +40,16 @@ impl Error {
         Error {
             msg: format!("{context}: {}", one_line(&e)),
             errno: errno_of(&e),
+            usage: false,
+        }
+    }
+
+    /// An I/O error with what we were doing when it happened.
+    pub(crate) fn io(context: &str, e: std::io::Error) -> Self {
+        Error {
+            msg: format!("{context}: {e}"),
+            errno: e.raw_os_error(),
+            usage: false,
         }
     }
 
@@ -45,6 +72,7 @@ impl From<std::io::Error> for Error {
         Error {
             msg: e.to_string(),
             errno: e.raw_os_error(),
+            usage: false,
         }
     }
 }

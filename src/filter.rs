@@ -393,9 +393,12 @@ mod tests {
             e("/proc/self/stat"),
             "--cgroup /proc/self/stat: not a directory"
         );
-        if let Some(m) = cgroup2_mount() {
-            let f = Filter::check(&[], Some(&m), None).unwrap();
-            assert_eq!(f.cgroup.unwrap().path, m);
+        match cgroup2_mount() {
+            Some(m) => {
+                let f = Filter::check(&[], Some(&m), None).unwrap();
+                assert_eq!(f.cgroup.unwrap().path, m);
+            }
+            None => crate::testing::skip("its cgroup v2 case: no cgroup v2 mount"),
         }
         assert!(Filter::default().describe().is_none());
     }

@@ -15,12 +15,15 @@ use crate::bpf::pin::{self, Meta};
 use crate::bpf::probe::{Companion, Probe};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::funcname::FuncName;
 use crate::host;
 use crate::kallsyms::Kallsyms;
+use crate::output::Stdout;
 use crate::plan::{Files, Load, Pin, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::{self, Mapper, NameTable};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
+use crate::report::flamegraph::Failed;
 use crate::report::saved::{self, Saved};
 use crate::report::{self, Summary};
 use crate::serve;
@@ -113,24 +116,35 @@ fn write_outputs(sum: &Summary, files: &Files, top: usize) -> Result<Status> {
         out.write().unwrap_or_else(&mut fail);
     }
     if let Some(path) = &files.flamegraph {
-        let svg = report::flamegraph::svg(&folded, &sum.func, &flamegraph_subtitle(sum))
-            .unwrap_or_else(|empty| {
+        let svg = match report::flamegraph::svg(&folded, &sum.func, &flamegraph_subtitle(sum)) {
+            Ok(svg) => Some(svg),
+            Err(Failed::NoStacks(empty)) => {
                 eprintln!(
                     "topdown: --flamegraph {}: no stacks were captured; the flame graph says so",
                     path.display()
                 );
-                empty
-            });
-        let out = saved::Output {
-            option: "--flamegraph",
-            path,
-            bytes: &svg,
-            what: "the flame graph",
-            rescue: format!("topdown-{}-{pid}.svg", sum.func),
-            stderr: &folded,
-            stderr_what: "its stacks, folded,",
+                Some(empty)
+            }
+            Err(Failed::Inferno(e)) => {
+                fail(Error::msg(format!(
+                    "--flamegraph {}: cannot draw it: {e}",
+                    path.display()
+                )));
+                None
+            }
         };
-        out.write().unwrap_or_else(&mut fail);
+        if let Some(svg) = svg {
+            let out = saved::Output {
+                option: "--flamegraph",
+                path,
+                bytes: &svg,
+                what: "the flame graph",
+                rescue: format!("topdown-{}-{pid}.svg", sum.func),
+                stderr: &folded,
+                stderr_what: "its stacks, folded,",
+            };
+            out.write().unwrap_or_else(&mut fail);
+        }
     }
     if let Some(path) = &files.save {
         saved::save(path, &Saved::of_summary(sum, top)).unwrap_or_else(&mut fail);
@@ -471,15 +485,29 @@ pub fn trace(t: Trace) -> Result<Status> {
         info,
         filter: t.filter.clone(),
     };
-    let sum = session::run(
+    let ended = session::run(
         loaded.probe,
         ctx,
         Trigger::new(t.trigger, stack_on),
         &t.session,
         &stop,
-        &mut io::stdout().lock(),
+        &mut Stdout::new(io::stdout().lock()),
     )?;
-    write_outputs(&sum, &t.files, t.session.top)
+    finish(ended, &t.files, t.session.top)
+}
+
+/// Writes a run's files, whatever ended it; an error that ended it early
+/// is its result then (after the files' own errors, printed).
+fn finish(ended: session::Ended, files: &Files, top: usize) -> Result<Status> {
+    let written = write_outputs(&ended.summary, files, top);
+    match (ended.error, written) {
+        (None, written) => written,
+        (Some(e), Err(out)) => {
+            eprintln!("topdown: {out}");
+            Err(e)
+        }
+        (Some(e), Ok(_)) => Err(e),
+    }
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.
@@ -494,7 +522,7 @@ fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
 /// `topdown FUNC` on a pinned function: its counters, read from now on,
 /// with stack capture steered through its pins; it keeps counting after.
 fn trace_pinned(t: Trace) -> Result<Status> {
-    let func = t.target.func.as_str();
+    let func = &t.target.func;
     if !t.load_options.is_empty() {
         return Err(Error::msg(format!(
             "{func} is pinned, with its mode, profile and stack settings fixed by topdown pin: \
@@ -503,8 +531,11 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         )));
     }
     let ksyms = host::load_kallsyms()?;
-    let inst = pin::open(func)?;
+    let mut inst = pin::open(func)?;
     let _lock = pin::Lock::take(func)?;
+    // From here on, however this ends, the probe's Drop puts back what
+    // this reader changes in the pinned instance.
+    inst.probe.steer();
     let mut mapper = pinned_mapper(&inst)?;
     let stack_on = t
         .stack_on
@@ -545,21 +576,21 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         info,
         filter: Filter::default(),
     };
-    let sum = session::run(
+    let ended = session::run(
         inst.probe,
         ctx,
         Trigger::new(t.trigger, stack_on),
         &t.session,
         &stop,
-        &mut io::stdout().lock(),
+        &mut Stdout::new(io::stdout().lock()),
     )?;
-    write_outputs(&sum, &t.files, t.session.top)
+    finish(ended, &t.files, t.session.top)
 }
 
 /// `topdown pin FUNC`: attaches tier 1 and pins it.
 pub fn pin(p: Pin) -> Result<()> {
     host::check_privileges()?;
-    let func = p.target.func.as_str();
+    let func = &p.target.func;
     if pin::is_pinned(func) {
         return Err(Error::msg(format!(
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
@@ -601,7 +632,7 @@ pub fn pin(p: Pin) -> Result<()> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
     };
-    let dir = pin::pin(&mut loaded.probe, &meta)?;
+    let dir = pin::pin(&mut loaded.probe, func, &meta)?;
     eprintln!(
         "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
         mode_line(func, &meta.mode, meta.fallback.as_deref()),
@@ -613,7 +644,7 @@ pub fn pin(p: Pin) -> Result<()> {
 /// The pinned instances named (all if none is), each read once, with its
 /// meta. Kernel symbols are read (afresh: modules come and go) only if a
 /// call site needs resolving.
-fn snapshots(funcs: &[String]) -> Result<Vec<(report::Pinned, Meta)>> {
+fn snapshots(funcs: &[FuncName]) -> Result<Vec<(report::Pinned, Meta)>> {
     let mut ksyms = None;
     let names = if funcs.is_empty() {
         pin::pinned()?
@@ -627,7 +658,7 @@ fn snapshots(funcs: &[String]) -> Result<Vec<(report::Pinned, Meta)>> {
         // No reader holds the lock but capture is on, or a process's calls
         // are left out: one was killed. Either sends every call down the
         // counting program's slow path.
-        if let Ok(Ok(_lock)) = pin::Lock::try_take(func) {
+        if let Ok(_lock) = pin::Lock::try_take(func)? {
             if inst.probe.maps().capturing().is_some() {
                 inst.probe.maps().capture(SLOT_NONE, &[])?;
             }
@@ -697,7 +728,7 @@ pub fn show(s: &Show) -> Result<Status> {
         };
         p.compare = Some(compare::compare(b, now, &info));
     }
-    let mut out = io::stdout().lock();
+    let mut out = Stdout::new(io::stdout().lock());
     if all.is_empty() && !json {
         out.write_all(report::text::NOTHING_PINNED.as_bytes())?;
     }
@@ -722,7 +753,7 @@ pub fn show(s: &Show) -> Result<Status> {
 }
 
 /// `topdown unpin FUNC...` or `--all` (no FUNC).
-pub fn unpin(funcs: &[String]) -> Result<()> {
+pub fn unpin(funcs: &[FuncName]) -> Result<()> {
     host::check_privileges()?;
     let all = funcs.is_empty();
     let names = if all { pin::pinned()? } else { funcs.to_vec() };
@@ -731,8 +762,8 @@ pub fn unpin(funcs: &[String]) -> Result<()> {
         eprintln!("topdown: unpinned {func}");
     }
     if all {
-        for dir in pin::leftovers() {
-            pin::remove_leftover(&dir)?;
+        for name in pin::leftovers() {
+            pin::remove_leftover(&name)?;
         }
         if names.is_empty() {
             eprintln!("topdown: nothing was pinned");
@@ -746,7 +777,18 @@ pub fn serve(listen: SocketAddr) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     serve::run(listen, &stop, || {
-        snapshots(&[])
-            .map(|all| report::openmetrics::encode(all.into_iter().map(|(p, _)| p).collect()))
+        // One function that cannot be read fails its own series, not the
+        // scrape.
+        let (mut read, mut unreadable) = (Vec::new(), Vec::new());
+        for func in pin::pinned()? {
+            match snapshots(std::slice::from_ref(&func)) {
+                Ok(all) => read.extend(all.into_iter().map(|(p, _)| p)),
+                Err(e) => {
+                    eprintln!("topdown: scrape: cannot read pinned {func}: {e}");
+                    unreadable.push(func.to_string());
+                }
+            }
+        }
+        Ok(report::openmetrics::encode(read, unreadable))
     })
 }

@@ -10,13 +10,37 @@
 //! side of which is `serve`). `system` reads the settings a saved result
 //! records beside its counts (`--save`).
 
+// Standard error may be a pipe whose reader went away: std's eprintln!
+// and eprint! panic then, and the run would end without its summary, its
+// files and its exit status. These drop the message instead; they shadow
+// std's in every module below.
+// (Under test, std's, whose output the test harness captures.)
+#[cfg(not(test))]
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+#[cfg(not(test))]
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bpf;
 pub mod cli;
 mod error;
 mod filter;
+mod funcname;
+#[cfg(test)]
+mod fuzz;
 mod host;
 pub mod jobs;
 mod kallsyms;
+mod output;
 pub mod plan;
 mod profile;
 mod reasons;
@@ -25,6 +49,8 @@ mod serve;
 mod session;
 mod symbolize;
 mod system;
+#[cfg(test)]
+mod testing;
 mod version;
 
 pub use bpf::log::route_libbpf_messages;

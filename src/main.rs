@@ -1,5 +1,6 @@
 //! The topdown command: parse → plan → dispatch.
 
+use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -29,11 +30,13 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(status) => ExitCode::from(status.code()),
-        // The reader went away (`topdown ... | head`): a normal end.
+        // The reader went away (`topdown --list-profiles | head`): a
+        // normal end.
         Err(e) if e.errno() == Some(libc::EPIPE) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("topdown: {e}");
-            ExitCode::FAILURE
+            // Standard error may be gone too: the status still tells.
+            let _ = writeln!(io::stderr(), "topdown: {e}");
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }
 }
@@ -62,7 +65,8 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .map(str::trim)
         .collect();
     let msg = first.join(" ");
-    eprintln!(
+    let _ = writeln!(
+        io::stderr(),
         "topdown: {} (see topdown --help)",
         msg.trim_start_matches("error: ")
     );

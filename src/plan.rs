@@ -13,6 +13,7 @@ use crate::cli::{
 };
 use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::funcname::FuncName;
 use crate::profile::{self, Profile};
 use crate::report::compare::{Baseline, VerifyConfig};
 use crate::report::saved::{self, Saved};
@@ -39,7 +40,7 @@ pub enum Job {
     /// Print pinned functions' totals (all if none is named).
     Show(Box<Show>),
     /// Remove pinned functions (all if none is named).
-    Unpin { funcs: Vec<String> },
+    Unpin { funcs: Vec<FuncName> },
     /// Serve the pinned functions' counters.
     Serve { listen: SocketAddr },
 }
@@ -67,7 +68,7 @@ pub struct Pin {
 #[derive(Debug)]
 pub struct Show {
     /// Empty: all, or with --save the one pinned function.
-    pub(crate) funcs: Vec<String>,
+    pub(crate) funcs: Vec<FuncName>,
     pub(crate) json: bool,
     /// --save, checked writable.
     pub(crate) save: Option<PathBuf>,
@@ -80,7 +81,7 @@ pub struct Show {
 /// The traced function and how its callers are grouped into reasons.
 #[derive(Debug)]
 pub struct Target {
-    pub(crate) func: String,
+    pub(crate) func: FuncName,
     /// None: one reason per caller function.
     pub(crate) profile: Option<Profile>,
     /// A profile the user wrote (a file or --rules), as opposed to a
@@ -127,7 +128,7 @@ impl Plan {
             Some(Command::Trace(t)) => trace_job(t)?,
             Some(Command::Pin(p)) => (
                 Job::Pin(Box::new(Pin {
-                    target: target(&p.func, &p.profile)?,
+                    target: target(pinnable(&p.func)?, &p.profile)?,
                     max_reasons: p.profile.max_reasons as usize,
                     load: load(&p.mode, &p.capture, None)?,
                     filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
@@ -147,12 +148,27 @@ impl Plan {
     }
 }
 
+/// A function whose name can name its pin directory: bpffs refuses dots
+/// in names, so a compiler's clone (`f.isra.0`) cannot be pinned.
+fn pinnable(func: &FuncName) -> Result<&FuncName> {
+    if func.contains('.') {
+        return Err(Error::usage(format!(
+            "{func} cannot be pinned: bpffs allows no '.' in names; trace it with topdown {func}"
+        )));
+    }
+    Ok(func)
+}
+
 fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
+    if t.list_profiles {
+        return Ok((Job::ListProfiles, t.verbose));
+    }
     // clap requires FUNC unless --list-profiles is given.
-    let func = t.func.clone().unwrap_or_default();
-    let job = if t.list_profiles {
-        Job::ListProfiles
-    } else if t.list_reasons {
+    let func = t
+        .func
+        .clone()
+        .ok_or_else(|| Error::usage("no FUNC given (see topdown --help)"))?;
+    let job = if t.list_reasons {
         Job::ListReasons(target(&func, &t.profile)?)
     } else {
         Job::Trace(Box::new(trace(&func, t)?))
@@ -180,7 +196,7 @@ fn baseline(
 fn show(s: &ShowArgs) -> Result<Show> {
     let one = s.save.is_some() || s.baseline.is_some();
     if one && s.funcs.len() > 1 {
-        return Err(Error::msg(
+        return Err(Error::usage(
             "--save and --baseline take one pinned function: name one",
         ));
     }
@@ -190,7 +206,7 @@ fn show(s: &ShowArgs) -> Result<Show> {
     };
     let baseline = baseline(
         s.baseline.as_ref(),
-        s.funcs.first().map(String::as_str),
+        s.funcs.first().map(FuncName::as_str),
         verify,
     )?;
     if let Some(path) = &s.save {
@@ -199,7 +215,14 @@ fn show(s: &ShowArgs) -> Result<Show> {
     let mut funcs = s.funcs.clone();
     if let (true, Some(b)) = (funcs.is_empty(), &baseline) {
         // The baseline names the function.
-        funcs.push(b.saved.func.clone());
+        let func = FuncName::parse(&b.saved.func).map_err(|why| {
+            Error::msg(format!(
+                "baseline {}: '{}' is not a kernel function name: {why}",
+                b.file,
+                b.saved.func.escape_debug()
+            ))
+        })?;
+        funcs.push(func);
     }
     Ok(Show {
         funcs,
@@ -211,7 +234,7 @@ fn show(s: &ShowArgs) -> Result<Show> {
     })
 }
 
-fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
+fn target(func: &FuncName, p: &ProfileArgs) -> Result<Target> {
     if let Some(v) = &p.vmlinux {
         check_vmlinux(v)?;
     }
@@ -219,7 +242,7 @@ fn target(func: &str, p: &ProfileArgs) -> Result<Target> {
         profile: choose_profile(p, func)?,
         users_own: p.reasons.is_some() || p.rules.is_some(),
         vmlinux: p.vmlinux.clone(),
-        func: func.to_string(),
+        func: func.clone(),
     })
 }
 
@@ -228,7 +251,7 @@ fn load(mode: &ModeArgs, c: &CaptureArgs, companion: Option<Companion>) -> Resul
     let fentry_only = matches!(companion, Some(Companion::Fentry | Companion::Fexit));
     let request = match (mode.fentry, mode.kprobe, fentry_only) {
         (_, true, true) => {
-            return Err(Error::msg(
+            return Err(Error::usage(
                 "--companion fentry and fexit need fentry mode: leave out --kprobe",
             ))
         }
@@ -269,7 +292,7 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
     .collect()
 }
 
-fn trace(func: &str, t: &TraceArgs) -> Result<Trace> {
+fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
     let companion = t.companion.map(|k| match k {
         CompanionKind::Fentry => Companion::Fentry,
         CompanionKind::Fexit => Companion::Fexit,

@@ -18,6 +18,7 @@ use crate::bpf::maps::{Maps, PINNED_MAPS};
 use crate::bpf::probe::{Mode, Probe};
 use crate::bpf::skel::types;
 use crate::error::{Error, Result};
+use crate::funcname::FuncName;
 use crate::reasons::SourcePattern;
 
 const BPFFS: &str = "/sys/fs/bpf";
@@ -86,27 +87,28 @@ pub(crate) fn kernel_and_boot() -> (String, String) {
     )
 }
 
-fn dir_of(func: &str) -> PathBuf {
-    Path::new(ROOT).join(func)
+fn dir_of(func: &FuncName) -> PathBuf {
+    Path::new(ROOT).join(func.as_str())
 }
 
-/// Whether `func` has a pinned instance.
-pub(crate) fn is_pinned(func: &str) -> bool {
-    dir_of(func).is_dir()
+/// Whether `func` has a pinned instance: a directory of its own under
+/// the root (a symlink is not one).
+pub(crate) fn is_pinned(func: &FuncName) -> bool {
+    fs::symlink_metadata(dir_of(func)).is_ok_and(|m| m.is_dir())
 }
 
-/// Functions with a pinned instance, sorted.
-pub(crate) fn pinned() -> Result<Vec<String>> {
+/// Functions with a pinned instance, sorted: the directories under the
+/// root named as functions are (pins being made are named `pinning-...`).
+pub(crate) fn pinned() -> Result<Vec<FuncName>> {
     let entries = match fs::read_dir(ROOT) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::msg(format!("cannot list {ROOT}: {e}"))),
     };
-    let mut out: Vec<String> = entries
+    let mut out: Vec<FuncName> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| !n.contains('-'))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| FuncName::parse(e.file_name().to_str()?).ok())
         .collect();
     out.sort();
     Ok(out)
@@ -146,21 +148,138 @@ fn ensure_bpffs() -> Result<()> {
     Ok(())
 }
 
-/// Removes a directory of pins and what is in it (pins are plain files to
-/// unlink: the kernel objects go once nothing else holds them).
-fn remove_dir(dir: &Path) -> Result<()> {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            fs::remove_file(e.path()).map_err(|err| {
-                Error::msg(format!("cannot remove {}: {err}", e.path().display()))
-            })?;
+/// Removes the pin directory `name` under the root, and the pins topdown
+/// made in it (pins are files to unlink: the kernel objects go once
+/// nothing else holds them). Nothing else is touched: the root and the
+/// directory are opened without following symlinks, and only regular
+/// files with the names topdown gives its pins are removed. Anything else
+/// found is left in place, and the directory with it, and named in the
+/// error.
+fn remove_dir(name: &str) -> Result<()> {
+    let dir = Path::new(ROOT).join(name);
+    let cannot = |e: std::io::Error| Error::msg(format!("cannot remove {}: {e}", dir.display()));
+    let Some(root) = Dir::open_root().map_err(cannot)? else {
+        return Ok(());
+    };
+    let pins = match root.open_dir(name) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(cannot(e)),
+    };
+    for entry in PINNED_MAPS.iter().chain(&["link"]) {
+        match pins.is_file(entry) {
+            Ok(true) => pins
+                .unlink(entry, false)
+                .map_err(|e| Error::msg(format!("cannot remove {}/{entry}: {e}", dir.display())))?,
+            Ok(false) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(cannot(e)),
         }
     }
-    match fs::remove_dir(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(Error::msg(format!("cannot remove {}: {e}", dir.display())))
+    match root.unlink(name, true) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            let mut foreign = pins.names().unwrap_or_default();
+            foreign.sort();
+            Err(Error::msg(format!(
+                "left {} in place: it holds {}, which topdown did not make; \
+                 topdown's own pins in it are removed",
+                dir.display(),
+                foreign.join(", ")
+            )))
         }
-        _ => Ok(()),
+        Err(e) => Err(cannot(e)),
+    }
+}
+
+/// A directory opened by descriptor, without following symlinks, so that
+/// what is removed in it is in it.
+struct Dir(std::os::fd::OwnedFd);
+
+impl Dir {
+    fn open_at(at: libc::c_int, name: &str) -> std::io::Result<Dir> {
+        use std::os::fd::FromRawFd;
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: openat with a valid descriptor (or AT_FDCWD) and a
+        // NUL-terminated name; the descriptor returned is owned here.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and is owned by nothing else.
+        Ok(Dir(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The root, if it exists: a directory (no symlink) in bpffs.
+    fn open_root() -> std::io::Result<Option<Dir>> {
+        let root = match Dir::open_at(libc::AT_FDCWD, ROOT) {
+            Ok(d) => d,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // SAFETY: fstatfs on an open descriptor with a valid out-pointer.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(root.0.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if st.f_type as i64 != BPF_FS_MAGIC {
+            return Err(std::io::Error::other(format!("{ROOT} is not in bpffs")));
+        }
+        Ok(Some(root))
+    }
+
+    fn open_dir(&self, name: &str) -> std::io::Result<Dir> {
+        Dir::open_at(self.0.as_raw_fd(), name)
+    }
+
+    /// Whether `name` in this directory is a regular file (a pin), not
+    /// following a symlink.
+    fn is_file(&self, name: &str) -> std::io::Result<bool> {
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: fstatat on an open descriptor, a NUL-terminated name and
+        // a valid out-pointer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::fstatat(
+                self.0.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG)
+    }
+
+    fn unlink(&self, name: &str, dir: bool) -> std::io::Result<()> {
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: unlinkat on an open descriptor and a NUL-terminated name.
+        if unsafe { libc::unlinkat(self.0.as_raw_fd(), c.as_ptr(), flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The names in this directory.
+    fn names(&self) -> std::io::Result<Vec<String>> {
+        let path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
+        Ok(fs::read_dir(path)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect())
     }
 }
 
@@ -168,8 +287,7 @@ fn remove_dir(dir: &Path) -> Result<()> {
 /// instance. Everything is pinned into a directory of its own first and
 /// renamed into place at the end, so a failure leaves nothing behind and a
 /// reader never sees half an instance.
-pub(crate) fn pin(probe: &mut Probe<'_>, meta: &Meta) -> Result<PathBuf> {
-    let func = &meta.function;
+pub(crate) fn pin(probe: &mut Probe<'_>, func: &FuncName, meta: &Meta) -> Result<PathBuf> {
     ensure_bpffs()?;
     fs::DirBuilder::new()
         .recursive(true)
@@ -183,8 +301,9 @@ pub(crate) fn pin(probe: &mut Probe<'_>, meta: &Meta) -> Result<PathBuf> {
         )));
     }
     // bpffs refuses dots in names; a dash cannot be in a function's name.
-    let tmp = Path::new(ROOT).join(format!("pinning-{func}-{}", std::process::id()));
-    remove_dir(&tmp)?;
+    let tmp_name = format!("pinning-{func}-{}", std::process::id());
+    let tmp = Path::new(ROOT).join(&tmp_name);
+    remove_dir(&tmp_name)?;
     fs::DirBuilder::new()
         .mode(0o700)
         .create(&tmp)
@@ -201,7 +320,7 @@ pub(crate) fn pin(probe: &mut Probe<'_>, meta: &Meta) -> Result<PathBuf> {
         })
     })();
     if let Err(e) = done {
-        return Err(match remove_dir(&tmp) {
+        return Err(match remove_dir(&tmp_name) {
             Ok(()) => e,
             Err(cleanup) => Error::msg(format!("{e}; and {cleanup}")),
         });
@@ -217,9 +336,9 @@ pub(crate) struct Instance {
 
 /// Opens `func`'s pinned instance, refusing one pinned with another map
 /// layout (it can only be unpinned).
-pub(crate) fn open(func: &str) -> Result<Instance> {
+pub(crate) fn open(func: &FuncName) -> Result<Instance> {
     let dir = dir_of(func);
-    if !dir.is_dir() {
+    if !is_pinned(func) {
         return Err(not_pinned(func));
     }
     let unreadable = |why: String| {
@@ -230,7 +349,7 @@ pub(crate) fn open(func: &str) -> Result<Instance> {
         ))
     };
     for name in PINNED_MAPS.iter().chain(&["link"]) {
-        if !dir.join(name).exists() {
+        if !fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file()) {
             return Err(unreadable(format!("it has no {name}")));
         }
     }
@@ -257,7 +376,7 @@ fn parse_meta(text: &str) -> std::result::Result<Meta, String> {
     }
 }
 
-fn not_pinned(func: &str) -> Error {
+fn not_pinned(func: &FuncName) -> Error {
     Error::msg(format!(
         "{func} is not pinned (see topdown show; pinned functions do not survive a reboot)"
     ))
@@ -265,40 +384,42 @@ fn not_pinned(func: &str) -> Error {
 
 /// Detaches `func`'s pinned instance and removes its pins. Refused while a
 /// topdown process reads it with stack capture.
-pub(crate) fn unpin(func: &str) -> Result<()> {
+pub(crate) fn unpin(func: &FuncName) -> Result<()> {
     let dir = dir_of(func);
-    if !dir.is_dir() {
+    if !is_pinned(func) {
         return Err(not_pinned(func));
     }
     let _lock = Lock::take(func)?;
     // Hold the link while the pins go, and drop it last: the final put
     // from a close frees the program at once, where the one from an
     // unlinked pin may be left to a workqueue.
-    let link = Link::open(dir.join("link")).ok();
-    remove_dir(&dir)?;
+    let link = fs::symlink_metadata(dir.join("link"))
+        .is_ok_and(|m| m.is_file())
+        .then(|| Link::open(dir.join("link")).ok())
+        .flatten();
+    remove_dir(func)?;
     drop(link);
     Ok(())
 }
 
-/// Pin directories of pins that were killed halfway.
-pub(crate) fn leftovers() -> Vec<PathBuf> {
+/// Pin directories of pins that were killed halfway (`pinning-FUNC-PID`,
+/// directories, not symlinks).
+pub(crate) fn leftovers() -> Vec<String> {
     fs::read_dir(ROOT)
         .map(|es| {
             es.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("pinning-"))
-                })
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("pinning-"))
                 .collect()
         })
         .unwrap_or_default()
 }
 
-/// Removes the directory of a pin that was killed halfway.
-pub(crate) fn remove_leftover(dir: &Path) -> Result<()> {
-    remove_dir(dir)
+/// Removes the directory of a pin that was killed halfway (a name from
+/// `leftovers`).
+pub(crate) fn remove_leftover(name: &str) -> Result<()> {
+    remove_dir(name)
 }
 
 /// The one topdown process allowed to steer a pinned instance's stack
@@ -309,12 +430,12 @@ pub(crate) struct Lock {
 }
 
 impl Lock {
-    fn path(func: &str) -> PathBuf {
+    fn path(func: &FuncName) -> PathBuf {
         Path::new(LOCKS).join(format!("{func}.lock"))
     }
 
     /// Takes `func`'s lock, or says which process holds it.
-    pub(crate) fn take(func: &str) -> Result<Lock> {
+    pub(crate) fn take(func: &FuncName) -> Result<Lock> {
         Self::try_take(func)?.map_err(|pid| {
             Error::msg(format!(
                 "{func}'s pinned instance is being read by topdown (pid {pid}); \
@@ -324,7 +445,7 @@ impl Lock {
     }
 
     /// Takes `func`'s lock if it is free; Err(pid) if a process holds it.
-    pub(crate) fn try_take(func: &str) -> Result<std::result::Result<Lock, String>> {
+    pub(crate) fn try_take(func: &FuncName) -> Result<std::result::Result<Lock, String>> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -337,6 +458,7 @@ impl Lock {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| Error::msg(format!("cannot open {}: {e}", path.display())))?;
         // SAFETY: flock on an open file descriptor.

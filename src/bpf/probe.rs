@@ -321,7 +321,12 @@ enum Owner<'obj> {
         companion: Option<(Companion, Link)>,
     },
     /// A pin in bpffs: it stays attached whatever this process does.
-    Pinned { prog: Option<OwnedFd> },
+    /// `steering`: this process holds its lock and may have set its shared
+    /// state (capture, own_tgid, the watch key), put back when dropped.
+    Pinned {
+        prog: Option<OwnedFd>,
+        steering: bool,
+    },
 }
 
 /// A counting program, attached, and its maps.
@@ -366,7 +371,10 @@ impl<'obj> Probe<'obj> {
         });
         Probe {
             maps,
-            owner: Owner::Pinned { prog },
+            owner: Owner::Pinned {
+                prog,
+                steering: false,
+            },
             mode,
             func: func.to_string(),
         }
@@ -389,6 +397,16 @@ impl<'obj> Probe<'obj> {
         matches!(self.owner, Owner::Pinned { .. })
     }
 
+    /// Marks this pinned instance as steered by this process (which holds
+    /// its lock): however the process leaves it, by an error or a return,
+    /// its stack capture is switched off and no process's calls are left
+    /// out (`Drop`). SIGKILL is the BPF side's to cover (td_lease).
+    pub(crate) fn steer(&mut self) {
+        if let Owner::Pinned { steering, .. } = &mut self.owner {
+            *steering = true;
+        }
+    }
+
     /// Ends this process's use: a loaded object's programs are detached
     /// (the maps stay readable); a pinned instance keeps counting, and its
     /// stack capture is switched off.
@@ -406,6 +424,16 @@ impl<'obj> Probe<'obj> {
                 self.maps.refill(0)
             }
         }
+    }
+
+    /// What the BPF side of a steered pinned instance shares with its
+    /// reader, put back as no reader leaves it.
+    fn release(&self) {
+        self.maps.own(0);
+        // Capture off cannot fail (stores to mapped memory); a budget left
+        // is spent and not refilled.
+        let _ = self.maps.capture(SLOT_NONE, &[]);
+        let _ = self.maps.refill(0);
     }
 
     fn skel(&self) -> Option<&TopdownSkel<'obj>> {
@@ -460,9 +488,13 @@ impl<'obj> Probe<'obj> {
             Owner::Loaded { skel, which, .. } => {
                 prog_stats(counting(skel, Some(self.mode), *which).as_fd())
             }
-            Owner::Pinned { prog } => prog
-                .as_ref()
-                .map_or_else(ProgStats::default, |fd| prog_stats(fd.as_fd())),
+            Owner::Pinned { prog, .. } => prog.as_ref().map_or_else(
+                || {
+                    unknown_stats("the pinned link's program cannot be opened");
+                    ProgStats::default()
+                },
+                |fd| prog_stats(fd.as_fd()),
+            ),
         }
     }
 
@@ -495,6 +527,26 @@ impl<'obj> Probe<'obj> {
     }
 }
 
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if let Owner::Pinned { steering: true, .. } = self.owner {
+            self.release();
+        }
+    }
+}
+
+/// Says, once, that the program's run statistics cannot be read: its cost
+/// and recursion misses are then unknown, not none.
+fn unknown_stats(why: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "topdown: warning: cannot read the BPF program's run statistics ({why}): \
+             its cost and recursion misses are unknown, and shown as 0"
+        );
+    }
+}
+
 fn prog_stats(fd: std::os::fd::BorrowedFd<'_>) -> ProgStats {
     use std::os::fd::AsRawFd;
     let mut info = libbpf_sys::bpf_prog_info::default();
@@ -503,6 +555,7 @@ fn prog_stats(fd: std::os::fd::BorrowedFd<'_>) -> ProgStats {
     // writes at most len bytes.
     let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
     if rc != 0 {
+        unknown_stats(&std::io::Error::from_raw_os_error(-rc).to_string());
         return ProgStats::default();
     }
     ProgStats {

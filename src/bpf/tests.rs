@@ -34,6 +34,9 @@ fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
 
 #[test]
 fn new_sites_are_pending_then_counted_in_their_slot() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     with_probe(|p| {
         let a = 0xffffffff81000123;
         p.test_count(a, 3);
@@ -52,6 +55,9 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
 
 #[test]
 fn calls_of_the_awake_topdown_process_are_left_out_and_no_other() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     with_probe(|p| {
         let a = 0xffffffff81000123;
         p.maps().add_site(a, 7).unwrap();
@@ -77,6 +83,9 @@ fn calls_of_the_awake_topdown_process_are_left_out_and_no_other() {
 
 #[test]
 fn the_pending_table_is_read_whole_in_batches() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     with_probe(|p| {
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -108,6 +117,9 @@ fn the_pending_table_is_read_whole_in_batches() {
 
 #[test]
 fn a_missing_return_address_counts_as_not_found() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     with_probe(|p| {
         p.test_count(0, 4);
         let c = p.maps().counts().unwrap();
@@ -133,6 +145,9 @@ fn load_walking_rules<'obj>(
 
 #[test]
 fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     for loop_helper in [false, true] {
         deep_rules_fall_back(loop_helper);
     }
@@ -197,6 +212,9 @@ fn filtered(filter: Filter, f: impl FnOnce(&Probe<'_>, u64)) -> u64 {
 
 #[test]
 fn the_pid_filter_counts_only_its_processes() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let me = std::process::id();
     let mine = Filter::check(&[me], None, None).unwrap();
     assert_eq!(filtered(mine.clone(), |p, site| p.test_count(site, 3)), 3);
@@ -228,6 +246,9 @@ fn the_pid_filter_counts_only_its_processes() {
 
 #[test]
 fn the_cpu_filter_counts_only_its_cpus() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let cpus = libbpf_rs::num_possible_cpus().unwrap() as u32;
     let on = |list: Vec<u32>, runs: &[u32]| {
         let filter = Filter {
@@ -254,6 +275,9 @@ fn the_cpu_filter_counts_only_its_cpus() {
 
 #[test]
 fn the_cgroup_filter_counts_only_tasks_under_it() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     // The cgroup v2 hierarchy this process is in, and a cgroup beside it.
     let Some(mount) = std::fs::read_to_string("/proc/self/mounts")
         .unwrap()
@@ -263,7 +287,7 @@ fn the_cgroup_filter_counts_only_tasks_under_it() {
             (f.len() > 2 && f[2] == "cgroup2").then(|| std::path::PathBuf::from(f[1]))
         })
     else {
-        eprintln!("skipping: no cgroup v2 mount");
+        crate::testing::skip("no cgroup v2 mount");
         return;
     };
     let own = std::fs::read_to_string("/proc/self/cgroup")
@@ -281,10 +305,10 @@ fn the_cgroup_filter_counts_only_tasks_under_it() {
     assert_eq!(filtered(under(&mount), |p, site| p.test_count(site, 1)), 1);
     let beside = mount.join(format!("topdown-test-{}", std::process::id()));
     if std::fs::create_dir(&beside).is_err() {
-        eprintln!(
-            "skipping the negative case: cannot create {}",
+        crate::testing::skip(&format!(
+            "its negative case: cannot create {}",
             beside.display()
-        );
+        ));
         return;
     }
     let n = filtered(under(&beside), |p, site| p.test_count(site, 4));
@@ -317,6 +341,9 @@ fn xlated_len(filter: Filter) -> u32 {
 /// constant false in .rodata, and the verifier drops its code.
 #[test]
 fn filters_that_are_off_leave_no_code() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let none = xlated_len(Filter::default());
     let me = std::process::id();
     let pid = xlated_len(Filter::check(&[me], None, None).unwrap());
@@ -404,6 +431,9 @@ fn run_deep_cases(p: &Probe<'_>) -> [u64; 12] {
 /// at load; walked with bpf_loop and without.
 #[test]
 fn deep_rules_match_frames_within_their_depth_first_rule_first() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     for loop_helper in [false, true] {
         deep_rules_match(loop_helper);
     }
@@ -442,6 +472,9 @@ fn deep_rules_match(loop_helper: bool) {
 /// resolved as any pending site.
 #[test]
 fn calls_before_the_rules_are_kept_with_their_frames_and_agree_after() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     for loop_helper in [false, true] {
         calls_before_the_rules(loop_helper);
     }
@@ -513,6 +546,9 @@ fn calls_before_the_rules(loop_helper: bool) {
 /// the rules are in, and by user space from the early table before.
 #[test]
 fn unwind_failures_count_the_same_before_and_after_the_rules() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let mut storage = MaybeUninit::uninit();
     let (p, deep) = load_before_the_rules(&mut storage, true);
     let failed = |p: &Probe<'_>| {
@@ -569,6 +605,9 @@ fn ring_bytes(config: &Config) -> u32 {
 /// can, the object's full 4 MiB.
 #[test]
 fn the_stack_ring_is_one_page_where_nothing_can_be_captured() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let off = Config {
         func_addr: FUNC,
         ..Config::default()
@@ -600,6 +639,9 @@ fn sample_ring<'a>(
 /// tagged caller range).
 #[test]
 fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     const A: u32 = 2;
     const B: u32 = 3;
     let site_a = 0xffffffff81000010; // resolved: slot A
@@ -692,6 +734,9 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
 /// ones sampled, and no other.
 #[test]
 fn capture_on_not_found_samples_only_calls_without_a_caller() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     let site = 0xffffffff81000010;
     let mut storage = MaybeUninit::uninit();
     let config = capture_config();
@@ -716,6 +761,9 @@ fn capture_on_not_found_samples_only_calls_without_a_caller() {
 /// by bpf_loop and unrolled as on a kernel before 5.17.
 #[test]
 fn pending_sites_are_captured_by_their_reasons_caller_ranges() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
     for loop_helper in [false, true] {
         captured_by_ranges(loop_helper);
     }

@@ -6,10 +6,19 @@
 
 use inferno::flamegraph::{self, Options};
 
+/// Why no flame graph of the stacks was drawn.
+#[derive(Debug)]
+pub(crate) enum Failed {
+    /// Nothing was captured: the SVG inferno draws for no input (a
+    /// message, no frames).
+    NoStacks(Vec<u8>),
+    /// inferno refused the stacks: its error.
+    Inferno(String),
+}
+
 /// The SVG of `folded` (lines as `folded::folded` makes them), titled
-/// for `func`; Err with the SVG inferno draws for no input (a message, no
-/// frames) when nothing was captured.
-pub(crate) fn svg(folded: &str, func: &str, subtitle: &str) -> Result<Vec<u8>, Vec<u8>> {
+/// for `func`.
+pub(crate) fn svg(folded: &str, func: &str, subtitle: &str) -> Result<Vec<u8>, Failed> {
     let mut opt = Options::default();
     opt.title = format!("topdown {func}: captured stacks by reason");
     opt.subtitle = Some(subtitle.to_string());
@@ -23,7 +32,8 @@ pub(crate) fn svg(folded: &str, func: &str, subtitle: &str) -> Result<Vec<u8>, V
     let mut out = Vec::new();
     match flamegraph::from_lines(&mut opt, folded.lines(), &mut out) {
         Ok(()) => Ok(out),
-        Err(_) => Err(out),
+        Err(_) if folded.trim().is_empty() => Err(Failed::NoStacks(out)),
+        Err(e) => Err(Failed::Inferno(e.to_string())),
     }
 }
 
@@ -110,8 +120,19 @@ pub(crate) mod tests {
 
     #[test]
     fn no_stacks_draw_a_message_and_say_so() {
-        let out = String::from_utf8(svg("", "f", "s").unwrap_err()).unwrap();
+        let Err(Failed::NoStacks(out)) = svg("", "f", "s") else {
+            panic!("no stacks are no error")
+        };
+        let out = String::from_utf8(out).unwrap();
         assert!(out.contains("No valid input"), "{out}");
         assert!(frames(&out).is_empty());
+    }
+
+    #[test]
+    fn inferno_errors_are_reported_as_themselves() {
+        let Err(Failed::Inferno(e)) = svg("a;b no-count\n", "f", "s") else {
+            panic!("lines without counts are an error")
+        };
+        assert!(!e.is_empty());
     }
 }

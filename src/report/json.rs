@@ -27,6 +27,8 @@ impl Serialize for Num {
             return s.serialize_none();
         }
         let v = (self.0 * 1000.0).round() / 1000.0;
+        // Too large for decimals: as it is (rounding made it infinite).
+        let v = if v.is_finite() { v } else { self.0 };
         if v.fract() == 0.0 && v.abs() < 1e15 {
             s.serialize_i64(v as i64)
         } else {
@@ -535,6 +537,8 @@ mod tests {
         assert_eq!(j(1.23456), "1.235");
         assert_eq!(j(f64::NAN), "null");
         assert_eq!(j(f64::INFINITY), "null");
+        // Found by fuzzing: a finite figure too large to scale stays a number.
+        assert_eq!(j(1.8e307), "1.8e+307");
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //!   reason, and stacks not captured, by cause (as in the summary's drops);
 //! - `topdown_info{function,mode,profile,kernel,version}`: 1;
 //! - `topdown_pinned_timestamp_seconds{function}`: when it was pinned, so a
-//!   re-pin (counters starting over) can be told from a counter wrap.
+//!   re-pin (counters starting over) can be told from a counter wrap;
+//! - `topdown_read_error{function}`: 1 for a pinned function that could not
+//!   be read in this scrape (`topdown serve` logs why); the others are
+//!   served all the same.
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -16,9 +19,10 @@ use prometheus_client::metrics::MetricType;
 
 use crate::report::Pinned;
 
-/// A scrape's worth of pinned instances.
+/// A scrape's worth of pinned instances, and the functions that could not
+/// be read.
 #[derive(Debug)]
-struct Scrape(Vec<Pinned>);
+struct Scrape(Vec<Pinned>, Vec<String>);
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
@@ -72,14 +76,25 @@ impl prometheus_client::collector::Collector for Scrape {
             let labels = [("function", p.func.as_str())];
             ConstGauge::new(p.pinned_at).encode(m.encode_family(&labels)?)?;
         }
+        let mut m = enc.encode_descriptor(
+            "topdown_read_error",
+            "1: the pinned function could not be read in this scrape (topdown serve logs why).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for func in &self.1 {
+            let labels = [("function", func.as_str())];
+            ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }
 
-/// The OpenMetrics text of `pinned`, `# EOF` included.
-pub(crate) fn encode(pinned: Vec<Pinned>) -> String {
+/// The OpenMetrics text of `pinned`, and of `unreadable` (functions that
+/// could not be read), `# EOF` included.
+pub(crate) fn encode(pinned: Vec<Pinned>, unreadable: Vec<String>) -> String {
     let mut registry = prometheus_client::registry::Registry::default();
-    registry.register_collector(Box::new(Scrape(pinned)));
+    registry.register_collector(Box::new(Scrape(pinned, unreadable)));
     let mut out = String::new();
     // Writing into a String cannot fail.
     prometheus_client::encoding::text::encode(&mut out, &registry).expect("encodes");
@@ -134,7 +149,7 @@ mod tests {
 
     #[test]
     fn counters_info_and_timestamp_in_openmetrics_text() {
-        let t = encode(vec![pinned()]);
+        let t = encode(vec![pinned()], vec!["vfs_read".into()]);
         let lines: Vec<&str> = t.lines().collect();
         for want in [
             "# TYPE topdown_calls counter",
@@ -148,6 +163,8 @@ mod tests {
             "topdown_info{function=\"deferred_split_folio\",mode=\"fentry\",profile=\"built-in profile deferred_split_folio\",kernel=\"6.12.0\",version=\"0.1.0\"} 1",
             "# TYPE topdown_pinned_timestamp_seconds gauge",
             "topdown_pinned_timestamp_seconds{function=\"deferred_split_folio\"} 1700000000.5",
+            "# TYPE topdown_read_error gauge",
+            "topdown_read_error{function=\"vfs_read\"} 1",
         ] {
             assert!(lines.contains(&want), "no `{want}` in:\n{t}");
         }
@@ -165,7 +182,7 @@ mod tests {
 
     #[test]
     fn nothing_pinned_is_an_empty_exposition() {
-        let t = encode(vec![]);
+        let t = encode(vec![], vec![]);
         assert!(t.ends_with("# EOF\n"), "{t}");
         assert!(!t.lines().any(|l| !l.starts_with('#')), "{t}");
     }

@@ -99,8 +99,12 @@ pub(crate) struct Saved {
 
 /// A figure rounded to 3 decimals, as in the NDJSON output.
 fn round(v: f64) -> f64 {
-    if v.is_finite() {
-        (v * 1000.0).round() / 1000.0
+    let scaled = v * 1000.0;
+    if scaled.is_finite() {
+        scaled.round() / 1000.0
+    } else if v.is_finite() {
+        // Too large for decimals: as it is (JSON has no infinity).
+        v
     } else {
         0.0
     }
@@ -499,6 +503,17 @@ pub(crate) mod tests {
             "{text}"
         );
         assert_eq!(Saved::parse(&text, Some("deferred_split_folio")), Ok(s));
+    }
+
+    #[test]
+    fn figures_too_large_to_round_read_back() {
+        // Found by fuzzing: rounding made them infinite, written as null.
+        let mut s = sample();
+        s.reasons[0].share = 1.8e307;
+        let mut r = s.clone();
+        r.reasons[0].share = round(1.8e307);
+        assert_eq!(r.reasons[0].share, 1.8e307);
+        assert!(Saved::parse(&r.to_json(), None).is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_
 use crate::bpf::maps::Maps;
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Probe, ProgStats};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
@@ -133,9 +133,9 @@ impl Stacks {
 }
 
 fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::io("cannot write to standard output", e))
 }
 
 /// What the loop works on besides the probe.
@@ -169,8 +169,8 @@ fn named(mapper: &Mapper) -> Vec<String> {
     mapper.reasons.reason_names().map(String::from).collect()
 }
 
-/// Runs until `stop` is set or the duration passes, then prints the
-/// summary and returns it, after detaching.
+/// Runs until `stop` is set, the duration passes or an error, then prints
+/// the summary and returns it, after detaching.
 pub(crate) fn run(
     mut probe: Probe<'_>,
     ctx: Context<'_>,
@@ -178,7 +178,7 @@ pub(crate) fn run(
     opts: &Options,
     stop: &AtomicBool,
     out: &mut dyn Write,
-) -> Result<Summary> {
+) -> Result<Ended> {
     let Context {
         ksyms,
         mapper,
@@ -248,96 +248,108 @@ pub(crate) fn run(
     // single stack.
     let own = std::process::id();
     probe.maps().own(own);
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let mut deadline = end.map_or(next_print, |e| e.min(next_print));
-        // Ticks while capturing too: a new call site of the stack reason is
-        // only captured from once a poll has resolved it.
-        if state.auto() || state.target().is_some() {
-            deadline = deadline.min(next_tick);
-        }
-        if state.target().is_some() {
-            deadline = deadline.min(next_refill);
-        }
-        if now < deadline {
-            probe.maps().own(0);
-            let waited = stacks.wait((deadline - now).min(TICK));
-            probe.maps().own(own);
-            waited?;
-            stacks.absorb(ksyms, &mut state);
-            continue;
-        }
-        let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
-        watch_exits(&mut watched, probe.maps())?;
-        let secs = (now - start).as_secs_f64();
-        if now >= next_tick {
-            if let Some(d) = state
-                .auto()
-                .then(|| state.tick(secs, mono_ns(), &cur))
-                .flatten()
-            {
-                announce(&d, &mapper.reasons, state.threshold());
+    // An error mid-run ends the loop, not the run: the summary and the
+    // files asked for are still made of what was counted.
+    let looped = (|| -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let mut deadline = end.map_or(next_print, |e| e.min(next_print));
+            // Ticks while capturing too: a new call site of the stack reason is
+            // only captured from once a poll has resolved it.
+            if state.auto() || state.target().is_some() {
+                deadline = deadline.min(next_tick);
+            }
+            if state.target().is_some() {
+                deadline = deadline.min(next_refill);
+            }
+            if now < deadline {
+                probe.maps().own(0);
+                let waited = stacks.wait((deadline - now).min(TICK));
+                probe.maps().own(own);
+                waited?;
+                stacks.absorb(ksyms, &mut state);
+                continue;
+            }
+            let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+            watch_exits(&mut watched, probe.maps())?;
+            let secs = (now - start).as_secs_f64();
+            if now >= next_tick {
+                if let Some(d) = state
+                    .auto()
+                    .then(|| state.tick(secs, mono_ns(), &cur))
+                    .flatten()
+                {
+                    announce(&d, &mapper.reasons, state.threshold());
+                    probe.maps().refill(budget)?;
+                    stacks.switch_on(&mut probe, ksyms, mapper, d.switch.to())?;
+                    next_refill = now + REFILL;
+                }
+                while next_tick <= now {
+                    next_tick += TICK;
+                }
+            }
+            if state.target().is_some() && now >= next_refill {
                 probe.maps().refill(budget)?;
-                stacks.switch_on(&mut probe, ksyms, mapper, d.switch.to())?;
                 next_refill = now + REFILL;
             }
-            while next_tick <= now {
-                next_tick += TICK;
+            let ended = end.is_some_and(|e| now >= e);
+            if now >= next_print || ended {
+                let counters = (poller.stats(probe.maps())?, probe.prog_stats());
+                let mut report = state.interval(
+                    cur,
+                    counters,
+                    (now - last).as_secs_f64(),
+                    &mapper.reasons,
+                    (unix_now(), report::text::clock()),
+                );
+                if let (Some(b), Some(before)) = (&opts.baseline, &before) {
+                    let named = named(mapper);
+                    report.compare = Some(compare::changes(
+                        Side {
+                            calls: before,
+                            named: &b.saved.reason_names,
+                        },
+                        Side {
+                            calls: &report.calls,
+                            named: &named,
+                        },
+                    ));
+                }
+                if !opts.quiet {
+                    let text = if opts.json {
+                        report::json::interval(&report, opts.top) + "\n"
+                    } else {
+                        report::text::interval(&report, opts.top)
+                    };
+                    emit(out, &text)?;
+                }
+                last = now;
+                while next_print <= now {
+                    next_print += opts.interval;
+                }
+            }
+            if ended {
+                break;
             }
         }
-        if state.target().is_some() && now >= next_refill {
-            probe.maps().refill(budget)?;
-            next_refill = now + REFILL;
-        }
-        let ended = end.is_some_and(|e| now >= e);
-        if now >= next_print || ended {
-            let counters = (poller.stats(probe.maps())?, probe.prog_stats());
-            let mut report = state.interval(
-                cur,
-                counters,
-                (now - last).as_secs_f64(),
-                &mapper.reasons,
-                (unix_now(), report::text::clock()),
-            );
-            if let (Some(b), Some(before)) = (&opts.baseline, &before) {
-                let named = named(mapper);
-                report.compare = Some(compare::changes(
-                    Side {
-                        calls: before,
-                        named: &b.saved.reason_names,
-                    },
-                    Side {
-                        calls: &report.calls,
-                        named: &named,
-                    },
-                ));
-            }
-            if !opts.quiet {
-                let text = if opts.json {
-                    report::json::interval(&report, opts.top) + "\n"
-                } else {
-                    report::text::interval(&report, opts.top)
-                };
-                emit(out, &text)?;
-            }
-            last = now;
-            while next_print <= now {
-                next_print += opts.interval;
-            }
-        }
-        if ended {
-            break;
-        }
-    }
+        Ok(())
+    })();
 
     // Detach first so the final reading is complete and exact.
     probe.maps().own(0);
     let prog = probe.prog_stats().since(&base_prog);
     let companion = probe.companion_stats();
-    probe.detach()?;
-    stacks.drain(ksyms, &mut state)?;
-    let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
-    let stats = poller.stats(probe.maps())?.since(&base_stats);
+    let failed = looped.err();
+    let (totals, stats) = match (|| {
+        probe.detach()?;
+        stacks.drain(ksyms, &mut state)?;
+        let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+        Ok((totals, poller.stats(probe.maps())?.since(&base_stats)))
+    })() {
+        Ok(t) => t,
+        // Nothing to report: the first error says why.
+        Err(e) => return Err(failed.unwrap_or(e)),
+    };
     let mut summary = state.finish(
         &End {
             func: probe.func(),
@@ -368,8 +380,18 @@ pub(crate) fn run(
     } else {
         report::text::summary(&summary, opts.top)
     };
-    emit(out, &text)?;
-    Ok(summary)
+    let printed = emit(out, &text);
+    Ok(Ended {
+        summary,
+        error: failed.or(printed.err()),
+    })
+}
+
+/// How a run ended: its summary, and the error that ended it early, if
+/// one did (the summary is of what was counted until then).
+pub(crate) struct Ended {
+    pub(crate) summary: Summary,
+    pub(crate) error: Option<Error>,
 }
 
 /// A pinned instance's counts since it was pinned. Call sites first seen

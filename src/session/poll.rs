@@ -225,6 +225,9 @@ ffffffff81003000 T end_of_text
 
     #[test]
     fn poller_totals_are_exact_across_resolution() {
+        if !crate::testing::bpf_or_skip() {
+            return;
+        }
         let k = Kallsyms::parse(KSYMS);
         let mut storage = MaybeUninit::uninit();
         let p = &selftest::load(&mut storage, &Config::default());

@@ -1,0 +1,237 @@
+//! Bad input, run through the built binary: each case is refused before
+//! anything is loaded, with one line on standard error naming the problem,
+//! nothing on standard output, the documented exit status (2 for usage, 1
+//! for what the system refuses), and nothing left behind: no file in the
+//! working or temporary directory, no lock, no pin. Each message is listed
+//! in topdown(8)'s DIAGNOSTICS section.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PAGE: &str = include_str!("../man/topdown.8");
+
+/// A case: the arguments (`{d}` is the case's own directory), the exit
+/// status, and a fragment of the error line, as DIAGNOSTICS lists it.
+struct Case {
+    args: &'static [&'static str],
+    status: i32,
+    says: &'static str,
+}
+
+const fn case(args: &'static [&'static str], status: i32, says: &'static str) -> Case {
+    Case { args, status, says }
+}
+
+const LONG_NAME: &str = "a_function_name_longer_than_any_kernel_symbol_";
+
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    // The command line (clap): exit status 2.
+    case(&[], 2, "the following required arguments were not provided"),
+    case(&["--bogus"], 2, "unexpected argument '--bogus' found"),
+    case(&["vfs_read", "--bogus"], 2, "unexpected argument '--bogus' found"),
+    case(&["vfs_read", "-i", "0"], 2, "is not a positive number of seconds"),
+    case(&["vfs_read", "-i", "x"], 2, "is not a positive number of seconds"),
+    case(&["vfs_read", "-i", "1e30"], 2, "seconds is out of range"),
+    case(&["vfs_read", "-i", "0.001"], 2, "seconds is out of range"),
+    case(&["vfs_read", "-i", "nan"], 2, "is not a positive number of seconds"),
+    case(&["vfs_read", "-d", "0"], 2, "is not a positive number of seconds"),
+    case(&["vfs_read", "-d", "1e300"], 2, "seconds is out of range"),
+    case(&["vfs_read", "--fentry", "--kprobe"], 2, "cannot be used with"),
+    case(&["vfs_read", "--threshold", "0"], 2, "is not a percentage in (0, 100]"),
+    case(&["vfs_read", "--threshold", "101"], 2, "is not a percentage in (0, 100]"),
+    case(&["vfs_read", "--threshold", "nan"], 2, "is not a percentage in (0, 100]"),
+    case(&["vfs_read", "--min-rate", "-1"], 2, "unexpected argument"),
+    case(&["vfs_read", "--min-rate", "x"], 2, "is not a rate"),
+    case(&["vfs_read", "--min-rate", "inf"], 2, "is not a rate"),
+    case(&["vfs_read", "--min-events", "x"], 2, "invalid digit found in string"),
+    case(&["vfs_read", "--max-rate", "0"], 2, "is not in 1.."),
+    case(&["vfs_read", "--sample", "0"], 2, "is not in 1.."),
+    case(&["vfs_read", "--depth", "0"], 2, "is not in 1..=127"),
+    case(&["vfs_read", "--depth", "128"], 2, "is not in 1..=127"),
+    case(&["vfs_read", "--max-reasons", "0"], 2, "is not in 1..="),
+    case(&["vfs_read", "--max-reasons", "254"], 2, "is not in 1..="),
+    case(&["vfs_read", "--top", "-1"], 2, "unexpected argument"),
+    case(&["vfs_read", "--verify-drop", "101"], 2, "is not a percentage in [0, 100]"),
+    case(&["vfs_read", "--verify-drop", "-1"], 2, "unexpected argument"),
+    case(&["vfs_read", "--rules", "A=b", "--no-profile"], 2, "cannot be used with"),
+    case(&["vfs_read", "--rules", "A=b", "--profile", "x"], 2, "cannot be used with"),
+    case(&["vfs_read", "--reasons", "{d}/r.toml", "--rules", "A=b"], 2, "cannot be used with"),
+    case(&["vfs_read", "-p", "x"], 2, "invalid digit found in string"),
+    case(&["vfs_read", "-p", "-1"], 2, "unexpected argument"),
+    case(&["vfs_read", "-p", "99999999999"], 2, "is not in 0..=4294967295"),
+    case(&["vfs_read", "-C", "3-1"], 2, "is not a CPU list"),
+    case(&["vfs_read", "-C", "x"], 2, "is not a CPU list"),
+    case(&["vfs_read", "-C", ""], 2, "is not a CPU list"),
+    case(&["vfs_read", "--list-profiles", "--bogus"], 2, "unexpected argument '--bogus' found"),
+    // FUNC: a kernel symbol, never a path.
+    case(&["/tmp/rv/victim"], 2, "it has a '/' (a function's name, not a path)"),
+    case(&[".."], 2, "it starts with '.'"),
+    case(&["."], 2, "it starts with '.'"),
+    case(&[""], 2, "it is empty"),
+    case(&["vfs read"], 2, "it has the character"),
+    case(&["vfs_read\n"], 2, "it has the character"),
+    case(&["ext4:ext4_readdir"], 2, "it has a ':' (name the function alone, without its module)"),
+    case(&["vfs_read*"], 2, "it has the character '*'"),
+    case(&[LONG_NAME], 2, "it is 513 bytes long (at most 512)"),
+    case(&["trace", ".."], 2, "it starts with '.'"),
+    case(&["trace", "../../etc/passwd"], 2, "it starts with '.'"),
+    case(&["pin"], 2, "the following required arguments were not provided"),
+    case(&["pin", "/etc"], 2, "it has a '/' (a function's name, not a path)"),
+    case(&["pin", ".."], 2, "it starts with '.'"),
+    case(&["pin", "vfs_read", "-p", "1"], 2, "unexpected argument"),
+    case(&["pin", "show_map_vma.isra.0"], 2, "cannot be pinned: bpffs allows no '.' in names"),
+    case(&["show", "/etc"], 2, "it has a '/' (a function's name, not a path)"),
+    case(&["show", ".."], 2, "it starts with '.'"),
+    case(&["show", "a", "b", "--save", "{d}/s.json"], 2, "--save and --baseline take one pinned function"),
+    case(&["show", "--verify-drop", "101"], 2, "is not a percentage in [0, 100]"),
+    case(&["unpin"], 2, "the following required arguments were not provided"),
+    case(&["unpin", "vfs_read", "--all"], 2, "cannot be used with"),
+    case(&["unpin", "/tmp/rv/victim"], 2, "it has a '/' (a function's name, not a path)"),
+    case(&["unpin", ".."], 2, "it starts with '.'"),
+    case(&["unpin", "../topdown"], 2, "it starts with '.'"),
+    case(&["unpin", "vfs_read/.."], 2, "it has a '/' (a function's name, not a path)"),
+    case(&["serve", "--listen", "nowhere"], 2, "invalid socket address syntax"),
+    case(&["serve", "--listen", "127.0.0.1"], 2, "invalid socket address syntax"),
+    case(&["serve", "vfs_read"], 2, "unexpected argument"),
+    // Files and values the system refuses: exit status 1, before anything is loaded.
+    case(&["vfs_read", "--reasons", "{d}/no-such.toml"], 1, ": No such file or directory (os error 2)"),
+    case(&["vfs_read", "--reasons", "{d}/bad.toml"], 1, ":1: key with no value, expected `=`"),
+    case(&["vfs_read", "--reasons", "{d}/empty.toml"], 1, ":1: missing field `version`"),
+    case(&["vfs_read", "--rules", "A"], 1, "--rules"),
+    case(&["vfs_read", "--rules", "=b"], 1, "--rules"),
+    case(&["vfs_read", "--rules", "A="], 1, "--rules"),
+    case(&["vfs_read", "--profile", "nope"], 1, "no built-in profile named 'nope'"),
+    case(&["vfs_read", "--baseline", "{d}/no-such.json"], 1, "cannot read it: No such file or directory"),
+    case(&["vfs_read", "--baseline", "{d}/bad.toml"], 1, "not JSON"),
+    case(&["vfs_read", "--baseline", "{d}/r.toml"], 1, "not JSON"),
+    case(&["vfs_read", "--baseline", "{d}/array.json"], 1, "not a topdown result"),
+    case(&["vfs_read", "--baseline", "{d}/other.json"], 1, "it is a result for function deferred_split_folio, not vfs_read"),
+    case(&["show", "--baseline", "{d}/bad.toml"], 1, "not JSON"),
+    case(&["vfs_read", "--save", "{d}/no/such/dir/s.json"], 1, "cannot write it: No such file or directory"),
+    case(&["vfs_read", "--folded", "{d}/no/such/dir/f"], 1, "cannot write it: No such file or directory"),
+    case(&["vfs_read", "--flamegraph", "{d}"], 1, "cannot write it: it is a directory"),
+    case(&["show", "--save", "{d}"], 1, "cannot write it: it is a directory"),
+    case(&["vfs_read", "--vmlinux", "{d}/no-such"], 1, "--vmlinux"),
+    case(&["vfs_read", "--vmlinux", "{d}/bad.toml"], 1, "not an ELF file (a debug vmlinux is)"),
+    case(&["vfs_read", "-p", "99999999"], 1, "--pid 99999999: no such process"),
+    case(&["vfs_read", "--cgroup", "{d}/no-such"], 1, "no such cgroup directory"),
+    case(&["vfs_read", "--cgroup", "/proc"], 1, "not a cgroup v2 directory"),
+    case(&["vfs_read", "-C", "100000"], 1, "no such CPU"),
+    case(&["pin", "vfs_read", "-C", "100000"], 1, "no such CPU"),
+];
+
+/// The case's directory with its input files: a profile that is not TOML,
+/// an empty one, and a result file of another function.
+fn fixture(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    fs::write(dir.join("bad.toml"), "this is [not toml\n").unwrap();
+    fs::write(dir.join("empty.toml"), "").unwrap();
+    fs::write(dir.join("r.toml"), "").unwrap();
+    let other = r#"{"format":"topdown-result","version":1,"topdown":"0.1.0","source":"run","func":"deferred_split_folio","kernel":"6.12.0","profile":null,"reason_names":[],"mode":"fentry","phase":"counting","start":1.0,"secs":1.0,"total":0,"rate":0,"reasons":[],"hot_reason":null,"stacks":[]}"#;
+    fs::write(dir.join("other.json"), other).unwrap();
+    fs::write(dir.join("array.json"), "[]").unwrap();
+}
+
+/// Every file under `dir`.
+fn files(dir: &Path) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                out.extend(files(&p));
+            }
+            out.insert(p);
+        }
+    }
+    out
+}
+
+/// What topdown could leave behind outside the case's directory.
+fn system_state() -> BTreeSet<PathBuf> {
+    let mut s = files(Path::new("/run/topdown"));
+    s.extend(files(Path::new("/sys/fs/bpf/topdown")));
+    s
+}
+
+/// DIAGNOSTICS, as plain text (font escapes dropped, `\-` as `-`).
+fn diagnostics() -> String {
+    let start = PAGE
+        .find("\n.SH DIAGNOSTICS")
+        .expect("a DIAGNOSTICS section");
+    let rest = &PAGE[start + 1..];
+    let end = rest[4..].find("\n.SH ").map_or(rest.len(), |i| i + 4);
+    rest[..end]
+        .replace("\\fB", "")
+        .replace("\\fI", "")
+        .replace("\\fR", "")
+        .replace("\\fP", "")
+        .replace("\\-", "-")
+        .replace("\\(aq", "'")
+        .replace("\\e", "\\")
+        .replace("\\&", "")
+}
+
+#[test]
+fn bad_input_is_refused_in_one_line_leaving_nothing_behind() {
+    let bin = env!("CARGO_BIN_EXE_topdown");
+    let base = std::env::temp_dir().join(format!("topdown-bad-input-{}", std::process::id()));
+    let docs = diagnostics();
+    let before = system_state();
+    let mut failures = Vec::new();
+    for (i, c) in CASES.iter().enumerate() {
+        let dir = base.join(i.to_string());
+        fixture(&dir);
+        let given = files(&dir);
+        let d = dir.to_str().unwrap();
+        let args: Vec<String> = c.args.iter().map(|a| a.replace("{d}", d)).collect();
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| if a == LONG_NAME { "f".repeat(513) } else { a })
+            .collect();
+        let out = Command::new(bin)
+            .args(&args)
+            .current_dir(&dir)
+            .env("TMPDIR", &dir)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let mut wrong = Vec::new();
+        if out.status.code() != Some(c.status) {
+            wrong.push(format!(
+                "exit status {:?}, want {}",
+                out.status.code(),
+                c.status
+            ));
+        }
+        if stderr.lines().count() != 1 || !stderr.starts_with("topdown: ") {
+            wrong.push("not one line starting 'topdown: '".to_string());
+        }
+        if !stderr.contains(c.says) {
+            wrong.push(format!("does not say '{}'", c.says));
+        }
+        if !out.stdout.is_empty() {
+            wrong.push("printed to standard output".into());
+        }
+        if stderr.contains("panicked") {
+            wrong.push("panicked".into());
+        }
+        let left: Vec<_> = files(&dir).difference(&given).cloned().collect();
+        if !left.is_empty() {
+            wrong.push(format!("left {left:?}"));
+        }
+        if !docs.contains(c.says) {
+            wrong.push(format!("'{}' is not in topdown(8)'s DIAGNOSTICS", c.says));
+        }
+        if !wrong.is_empty() {
+            failures.push(format!("topdown {args:?}: {}: {stderr}", wrong.join("; ")));
+        }
+    }
+    let _ = fs::remove_dir_all(&base);
+    assert_eq!(system_state(), before, "locks or pins were left behind");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(CASES.len() >= 50, "{} cases", CASES.len());
+}
