@@ -30,6 +30,7 @@ use crate::serve;
 use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
 use crate::system::{self, SystemState};
+use crate::tailcall::TailCalls;
 
 /// How a job ended when it did not fail: the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,6 +390,7 @@ fn set_up<'obj>(
     }
     let mut mapper = compiled.mapper;
     mapper.deep = compiled.deep;
+    mapper.tail = tail_calls(func_addr);
     let stack_on = stack_on
         .map(|name| mapper.stack_reason(&ksyms, name))
         .transpose()?;
@@ -403,6 +405,19 @@ fn set_up<'obj>(
         vmlinux,
         stack_on,
     })
+}
+
+/// The tail-call check of new call sites of the function at `func`; none,
+/// with a notice, where the kernel's text cannot be read.
+fn tail_calls(func: u64) -> Option<TailCalls> {
+    TailCalls::open(func)
+        .map_err(|e| {
+            eprintln!(
+                "topdown: notice: /proc/kcore: {e}: calls made by a tail jump are counted under \
+                 the caller's caller"
+            )
+        })
+        .ok()
 }
 
 /// Settings of the counting program beyond what `plan::Load` fixes.
@@ -516,6 +531,7 @@ fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
     let names = inst.probe.maps().names()?;
     let mut mapper = Mapper::from_routes(m.max_reasons, &names, &m.routes, &m.source_routes);
     mapper.sync(inst.probe.maps())?;
+    mapper.tail = tail_calls(m.func_addr);
     Ok(mapper)
 }
 

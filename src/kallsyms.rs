@@ -155,6 +155,11 @@ impl Kallsyms {
         (addr < s.end).then_some(s)
     }
 
+    /// The first symbol at or after `addr`.
+    pub(crate) fn at_or_after(&self, addr: u64) -> Option<&Symbol> {
+        self.syms.get(self.syms.partition_point(|s| s.addr < addr))
+    }
+
     /// The function a return address belongs to. One is subtracted first
     /// because a call can be a function's last instruction.
     pub(crate) fn caller_of(&self, ret: u64) -> Option<&Symbol> {

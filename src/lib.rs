@@ -49,6 +49,7 @@ mod serve;
 mod session;
 mod symbolize;
 mod system;
+mod tailcall;
 #[cfg(test)]
 mod testing;
 mod version;

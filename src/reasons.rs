@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::bpf::abi::{Deep, FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
+use crate::tailcall::{Caller, TailCalls};
 
 /// Named reasons at most, leaving one slot for OTHER.
 pub(crate) const MAX_REASONS: usize = NR_SLOTS - FIRST_REASON as usize - 1;
@@ -21,6 +22,8 @@ pub(crate) fn is_not_found(name: &str) -> bool {
 }
 pub(crate) const SITES_FULL_NAME: &str = "[site table full]";
 pub(crate) const OTHER_NAME: &str = "OTHER";
+/// How a reason named after a tail call is marked.
+pub(crate) const TAIL_MARK: &str = "(tail call)";
 /// Reason for return addresses outside every kallsyms symbol.
 pub(crate) const UNKNOWN_NAME: &str = "[unknown]";
 
@@ -220,6 +223,9 @@ pub(crate) struct Mapper {
     /// The deeper-frame rules, for the calls counted before the BPF side
     /// had them (empty for a pinned instance: its rules came before load).
     pub(crate) deep: Deep,
+    /// Tells tail calls apart by the call instruction before a new site
+    /// (None where the kernel's text cannot be read).
+    pub(crate) tail: Option<TailCalls>,
 }
 
 impl Mapper {
@@ -230,6 +236,7 @@ impl Mapper {
             by_caller: HashMap::new(),
             by_source: Vec::new(),
             deep: Deep::default(),
+            tail: None,
         }
     }
 
@@ -388,6 +395,30 @@ impl Mapper {
         ret: u64,
         src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> u32 {
+        // A tail call is named after the function that jumped to FUNC (a
+        // profile may route it by that name), or, through an indirect
+        // call, marked: never after the caller's caller alone.
+        match self.tail.as_mut().map(|t| t.judge_site(ksyms, ret)) {
+            Some(Caller::Tail(g)) => {
+                // A profile's rules were written against return addresses:
+                // a route for the caller still holds where none names G.
+                let routed = self
+                    .by_caller
+                    .get(&g)
+                    .or_else(|| self.by_caller.get(caller_name(ksyms, ret)));
+                return match routed {
+                    Some(&slot) => slot,
+                    None => self.reasons.slot(&format!("{g} {TAIL_MARK}")),
+                };
+            }
+            Some(Caller::IndirectTail) => {
+                let caller = caller_name(ksyms, ret);
+                return self
+                    .reasons
+                    .slot(&format!("{caller} \u{2192} indirect {TAIL_MARK}"));
+            }
+            _ => {}
+        }
         if let Some(src) = src.filter(|_| self.needs_source()) {
             // -1: the call instruction, not what follows it.
             if let Some(slot) = src.source(ret - 1).and_then(|l| self.source_slot(&l)) {

@@ -237,6 +237,10 @@ pub(crate) struct Verify {
     pub(crate) checked: u64,
     pub(crate) mismatches: u64,
     pub(crate) unwind_failed: u64,
+    /// Call sites by what the instruction before them says: a full
+    /// unwind cannot see a function that jumped to FUNC, this can.
+    #[serde(flatten)]
+    pub(crate) sites: crate::tailcall::Sites,
 }
 
 /// A BPF program's cost from the kernel's run statistics.

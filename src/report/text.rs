@@ -314,6 +314,13 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             "  caller check against full unwind: checked={}, mismatches={}, unwind failed={}",
             v.checked, v.mismatches, v.unwind_failed
         );
+        let t = &v.sites;
+        let _ = writeln!(
+            s,
+            "  call sites by the instruction before them: tail calls={}, indirect tail calls={}, \
+             indirect (tail call not ruled out)={}, not decoded={}",
+            t.tail_call_sites, t.indirect_tail_call_sites, t.indirect_sites, t.undecoded_sites
+        );
     }
     if sum.cost.run_cnt > 0 {
         let _ = writeln!(s, "  BPF cost: {}", cost(&sum.cost));

@@ -361,6 +361,7 @@ pub(crate) fn run(
             prog,
             companion: companion.map(|(kind, c)| (kind.name(), c)),
             verify_caller: opts.verify_caller,
+            tail_sites: mapper.tail.as_ref().map(|t| t.sites).unwrap_or_default(),
             info: &info,
             filter: FilterInfo::of(&filter),
         },

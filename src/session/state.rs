@@ -31,6 +31,8 @@ pub(crate) struct End<'a> {
     pub(crate) prog: ProgStats,
     pub(crate) companion: Option<(&'static str, ProgStats)>,
     pub(crate) verify_caller: bool,
+    /// Call sites judged by the instruction before them.
+    pub(crate) tail_sites: crate::tailcall::Sites,
     pub(crate) info: &'a RunInfo,
     pub(crate) filter: Option<FilterInfo>,
 }
@@ -266,6 +268,7 @@ impl State {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
                 unwind_failed: st.get(Stat::TD_STAT_VERIFY_UNWIND_FAILED),
+                sites: end.tail_sites,
             }),
             uncached: st.get(Stat::TD_STAT_UNCACHED),
             cost: cost(end.prog),
@@ -356,6 +359,7 @@ mod tests {
             },
             companion: None,
             verify_caller: false,
+            tail_sites: Default::default(),
             filter: None,
         }
     }
