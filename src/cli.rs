@@ -11,6 +11,9 @@ use crate::filter::CpuList;
 use crate::funcname::{self, FuncName};
 use crate::reasons::MAX_REASONS;
 
+/// Where `topdown pin --sync` reads declared pins by default.
+pub const CONFIG_DIR: &str = "/etc/topdown/pins.d";
+
 /// Count a kernel function's calls by caller path, and capture the stacks of
 /// the path that dominates.
 #[derive(Debug, Parser)]
@@ -242,8 +245,22 @@ pub struct TraceArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PinArgs {
     /// Kernel function to count.
-    #[arg(value_name = "FUNC", value_parser = funcname::parse_arg)]
-    pub func: FuncName,
+    #[arg(
+        value_name = "FUNC",
+        value_parser = funcname::parse_arg,
+        required_unless_present = "sync",
+        conflicts_with = "config_dir"
+    )]
+    pub func: Option<FuncName>,
+
+    /// Make the pinned set match the declarations in --config-dir: pin, re-pin and unpin.
+    #[arg(long, conflicts_with_all = ["func", "fentry", "kprobe", "reasons", "profile", "no_profile",
+          "rules", "vmlinux", "max_reasons", "sample", "depth", "user_stacks", "cgroup", "cpus"])]
+    pub sync: bool,
+
+    /// With --sync: the directory of declarations, FUNC.toml files [default: /etc/topdown/pins.d].
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
 
     #[command(flatten)]
     pub mode: ModeArgs,
@@ -304,15 +321,19 @@ pub struct UnpinArgs {
     /// Pinned functions to remove.
     #[arg(
         value_name = "FUNC",
-        required_unless_present = "all",
-        conflicts_with = "all",
+        required_unless_present_any = ["all", "synced"],
+        conflicts_with_all = ["all", "synced"],
         value_parser = funcname::parse_arg
     )]
     pub funcs: Vec<FuncName>,
 
     /// Remove every pinned function.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "synced")]
     pub all: bool,
+
+    /// Remove every function pinned by topdown pin --sync (not those pinned by hand).
+    #[arg(long)]
+    pub synced: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -506,6 +527,12 @@ mod tests {
             &["topdown", "f", "-p", "x"],
             &["topdown", "f", "-C", "3-1"],
             &["topdown", "pin", "f", "-p", "1"],
+            &["topdown", "pin", "f", "--sync"],
+            &["topdown", "pin", "--sync", "--kprobe"],
+            &["topdown", "pin", "--sync", "--depth", "3"],
+            &["topdown", "pin", "f", "--config-dir", "/x"],
+            &["topdown", "unpin", "--synced", "--all"],
+            &["topdown", "unpin", "f", "--synced"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }

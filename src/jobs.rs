@@ -13,13 +13,15 @@ use crate::bpf::abi::{Config, SLOT_NONE};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::pin::{self, Meta};
 use crate::bpf::probe::{Companion, Probe};
+use crate::cli::Cli;
+use crate::declared;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::funcname::FuncName;
 use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::output::Stdout;
-use crate::plan::{Files, Load, Pin, Show, Target, Trace};
+use crate::plan::{Files, Job, Load, Pin, Plan, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::{self, Mapper, NameTable};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
@@ -31,6 +33,7 @@ use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
 use crate::system::{self, SystemState};
 use crate::tailcall::TailCalls;
+use clap::Parser;
 
 /// How a job ended when it did not fail: the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -612,6 +615,19 @@ pub fn pin(p: Pin) -> Result<()> {
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
+    let (meta, dir) = pin_target(&p, None)?;
+    eprintln!(
+        "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
+        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Attaches tier 1 for `p` and pins it; with `synced` (pin --sync), as
+/// that declaration's instance, in place of the one pinned, if any.
+fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
+    let func = &p.target.func;
     let mut storage = Storage::default();
     // Capture can be steered by any later reader; calls of no process are
     // left out (the pinning process is gone soon).
@@ -624,6 +640,7 @@ pub fn pin(p: Pin) -> Result<()> {
     let attached = attach_target(&mut storage, &p.target, p.max_reasons, &p.load, extra, None)?;
     let mut loaded = set_up(attached, &p.target, p.max_reasons, None)?;
     let (kernel, boot_id) = pin::kernel_and_boot();
+    let replace = synced.is_some();
     let meta = Meta {
         layout: pin::LAYOUT,
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -647,14 +664,133 @@ pub fn pin(p: Pin) -> Result<()> {
         pinned_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
+        synced,
     };
-    let dir = pin::pin(&mut loaded.probe, func, &meta)?;
-    eprintln!(
-        "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
-        mode_line(func, &meta.mode, meta.fallback.as_deref()),
-        dir.display()
-    );
-    Ok(())
+    let dir = pin::pin(&mut loaded.probe, func, &meta, replace)?;
+    Ok((meta, dir))
+}
+
+/// What a pinned function is to sync: pinned by sync (with its
+/// declaration), by hand, or unreadable (another layout).
+enum Pinned {
+    Synced(pin::Synced),
+    ByHand,
+    Unreadable(Error),
+}
+
+fn pinned_state(func: &FuncName) -> Pinned {
+    match pin::open(func) {
+        Ok(inst) => match inst.meta.synced {
+            Some(s) => Pinned::Synced(s),
+            None => Pinned::ByHand,
+        },
+        Err(e) => Pinned::Unreadable(e),
+    }
+}
+
+/// `topdown pin --sync`: the pinned set made to match the declarations in
+/// `dir`. Each file is applied on its own: a bad one is reported in one
+/// line (its instance, if sync pinned one, is left as it was) and the
+/// others still apply; the exit status says whether all did. Functions
+/// pinned by hand are never touched.
+pub fn sync(dir: &std::path::Path) -> Result<()> {
+    host::check_privileges()?;
+    let (declared, bad) = declared::read_dir(dir)?;
+    let mut failed = 0usize;
+    let mut report = |file: &str, e: &dyn std::fmt::Display| {
+        eprintln!("topdown: {}: {e}", dir.join(file).display());
+        failed += 1;
+    };
+    for b in &bad {
+        report(&b.file, &b.error);
+    }
+    let mut changed = 0usize;
+    for d in &declared {
+        let func = &d.function;
+        let want = pin::Synced {
+            file: d.file.clone(),
+            spec: d.spec.clone(),
+        };
+        let repin = match pin::is_pinned(func).then(|| pinned_state(func)) {
+            None => false,
+            Some(Pinned::Synced(have)) if have.spec == want.spec => continue,
+            Some(Pinned::Synced(_)) => true,
+            Some(Pinned::ByHand) => {
+                report(
+                    &d.file,
+                    &format!(
+                        "{func} is pinned by hand, not by topdown pin --sync: \
+                         unpin it (topdown unpin {func}) for sync to pin it"
+                    ),
+                );
+                continue;
+            }
+            Some(Pinned::Unreadable(e)) => {
+                report(&d.file, &e);
+                continue;
+            }
+        };
+        // Planned as `topdown pin ARGS` would be (checked when read).
+        let applied = Cli::try_parse_from(
+            ["topdown", "pin"]
+                .into_iter()
+                .map(String::from)
+                .chain(d.args.iter().cloned()),
+        )
+        .map_err(|e| Error::msg(e.to_string()))
+        .and_then(|cli| Plan::from_cli(&cli))
+        .and_then(|plan| match plan.job {
+            Job::Pin(p) => pin_target(&p, Some(want)),
+            _ => Err(Error::msg("not a pin")),
+        });
+        match applied {
+            Ok((meta, _)) => {
+                changed += 1;
+                eprintln!(
+                    "topdown: {} {} as {} declares",
+                    if repin { "re-pinned" } else { "pinned" },
+                    mode_line(func, &meta.mode, meta.fallback.as_deref()),
+                    d.file
+                );
+            }
+            Err(e) => report(&d.file, &e),
+        }
+    }
+    // Sync's own instances no longer declared; one whose file is bad is
+    // left as it is.
+    for func in pin::pinned()? {
+        let Pinned::Synced(have) = pinned_state(&func) else {
+            continue;
+        };
+        if declared.iter().any(|d| d.function == func) || bad.iter().any(|b| b.file == have.file) {
+            continue;
+        }
+        match pin::unpin(&func) {
+            Ok(()) => {
+                changed += 1;
+                eprintln!(
+                    "topdown: unpinned {func}: {} declares it no more",
+                    have.file
+                );
+            }
+            Err(e) => report(&have.file, &e),
+        }
+    }
+    if changed == 0 && failed == 0 {
+        eprintln!(
+            "topdown: nothing to change: {} declared in {} and pinned",
+            declared.len(),
+            dir.display()
+        );
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(Error::msg(format!(
+            "{n} declaration{} in {} not applied (see above)",
+            if n == 1 { "" } else { "s" },
+            dir.display()
+        ))),
+    }
 }
 
 /// The pinned instances named (all if none is), each read once, with its
@@ -768,9 +904,24 @@ pub fn show(s: &Show) -> Result<Status> {
     }
 }
 
-/// `topdown unpin FUNC...` or `--all` (no FUNC).
-pub fn unpin(funcs: &[FuncName]) -> Result<()> {
+/// `topdown unpin FUNC...`, `--all` (no FUNC) or `--synced`: what
+/// `topdown pin --sync` pinned.
+pub fn unpin(funcs: &[FuncName], synced: bool) -> Result<()> {
     host::check_privileges()?;
+    if synced {
+        let names: Vec<FuncName> = pin::pinned()?
+            .into_iter()
+            .filter(|f| matches!(pinned_state(f), Pinned::Synced(_)))
+            .collect();
+        for func in &names {
+            pin::unpin(func)?;
+            eprintln!("topdown: unpinned {func}");
+        }
+        if names.is_empty() {
+            eprintln!("topdown: nothing pinned by topdown pin --sync");
+        }
+        return Ok(());
+    }
     let all = funcs.is_empty();
     let names = if all { pin::pinned()? } else { funcs.to_vec() };
     for func in &names {

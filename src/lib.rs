@@ -7,8 +7,9 @@
 //! decisions) → `report` (text, JSON, folded stacks, OpenMetrics). `jobs`
 //! wires the stages for each job; `main.rs` only dispatches. `bpf::pin`
 //! keeps tier 1 in bpffs for `pin`, `show`, `unpin` and `serve` (the HTTP
-//! side of which is `serve`). `system` reads the settings a saved result
-//! records beside its counts (`--save`).
+//! side of which is `serve`); `declared` reads the pins `pin --sync` keeps
+//! in place. `system` reads the settings a saved result records beside its
+//! counts (`--save`).
 
 // Standard error may be a pipe whose reader went away: std's eprintln!
 // and eprint! panic then, and the run would end without its summary, its
@@ -32,6 +33,7 @@ macro_rules! eprint {
 
 mod bpf;
 pub mod cli;
+mod declared;
 mod error;
 mod filter;
 mod funcname;

@@ -24,7 +24,8 @@ fn main() -> ExitCode {
             Job::Trace(trace) => jobs::trace(*trace),
             Job::Pin(pin) => jobs::pin(*pin).map(done),
             Job::Show(show) => jobs::show(&show),
-            Job::Unpin { funcs } => jobs::unpin(&funcs).map(done),
+            Job::Sync { dir } => jobs::sync(&dir).map(done),
+            Job::Unpin { funcs, synced } => jobs::unpin(&funcs, synced).map(done),
             Job::Serve { listen } => jobs::serve(listen).map(done),
         }
     });

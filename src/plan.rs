@@ -39,8 +39,11 @@ pub enum Job {
     Pin(Box<Pin>),
     /// Print pinned functions' totals (all if none is named).
     Show(Box<Show>),
-    /// Remove pinned functions (all if none is named).
-    Unpin { funcs: Vec<FuncName> },
+    /// Make the pinned set match the declarations in a directory.
+    Sync { dir: PathBuf },
+    /// Remove pinned functions (all if none is named; with `synced`, those
+    /// `pin --sync` pinned).
+    Unpin { funcs: Vec<FuncName>, synced: bool },
     /// Serve the pinned functions' counters.
     Serve { listen: SocketAddr },
 }
@@ -126,9 +129,23 @@ impl Plan {
         let (job, verbose) = match &cli.command {
             None => trace_job(&cli.trace)?,
             Some(Command::Trace(t)) => trace_job(t)?,
+            Some(Command::Pin(p)) if p.sync => (
+                Job::Sync {
+                    dir: p
+                        .config_dir
+                        .clone()
+                        .unwrap_or_else(|| crate::cli::CONFIG_DIR.into()),
+                },
+                p.verbose,
+            ),
             Some(Command::Pin(p)) => (
                 Job::Pin(Box::new(Pin {
-                    target: target(pinnable(&p.func)?, &p.profile)?,
+                    target: target(
+                        pinnable(p.func.as_ref().ok_or_else(|| {
+                            Error::usage("no FUNC given (see topdown pin --help)")
+                        })?)?,
+                        &p.profile,
+                    )?,
                     max_reasons: p.profile.max_reasons as usize,
                     load: load(&p.mode, &p.capture, None)?,
                     filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
@@ -139,6 +156,7 @@ impl Plan {
             Some(Command::Unpin(u)) => (
                 Job::Unpin {
                     funcs: u.funcs.clone(),
+                    synced: u.synced,
                 },
                 false,
             ),
@@ -150,7 +168,7 @@ impl Plan {
 
 /// A function whose name can name its pin directory: bpffs refuses dots
 /// in names, so a compiler's clone (`f.isra.0`) cannot be pinned.
-fn pinnable(func: &FuncName) -> Result<&FuncName> {
+pub(crate) fn pinnable(func: &FuncName) -> Result<&FuncName> {
     if func.contains('.') {
         return Err(Error::usage(format!(
             "{func} cannot be pinned: bpffs allows no '.' in names; trace it with topdown {func}"
@@ -450,7 +468,7 @@ mod tests {
             Job::Show(s) if s.funcs == ["a", "b"] && s.json && s.save.is_none()
         ));
         assert!(
-            matches!(job(&["topdown", "unpin", "--all"]), Job::Unpin { funcs } if funcs.is_empty())
+            matches!(job(&["topdown", "unpin", "--all"]), Job::Unpin { funcs, synced: false } if funcs.is_empty())
         );
         assert!(matches!(job(&["topdown", "serve"]), Job::Serve { .. }));
     }

@@ -66,6 +66,20 @@ pub(crate) struct Meta {
     pub(crate) kernel: String,
     pub(crate) boot_id: String,
     pub(crate) pinned_at: f64,
+    /// Set when `topdown pin --sync` pinned it: sync unpins and re-pins
+    /// only these, never a function pinned by hand.
+    #[serde(default)]
+    pub(crate) synced: Option<Synced>,
+}
+
+/// Which declaration a synced instance stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Synced {
+    /// The file's name in the config directory.
+    pub(crate) file: String,
+    /// The `topdown pin` arguments it declared (and a digest of the files
+    /// they name): another spec is a change, to re-pin.
+    pub(crate) spec: String,
 }
 
 impl Meta {
@@ -286,8 +300,15 @@ impl Dir {
 /// Pins `probe` (loaded and attached by this process) as `meta.function`'s
 /// instance. Everything is pinned into a directory of its own first and
 /// renamed into place at the end, so a failure leaves nothing behind and a
-/// reader never sees half an instance.
-pub(crate) fn pin(probe: &mut Probe<'_>, func: &FuncName, meta: &Meta) -> Result<PathBuf> {
+/// reader never sees half an instance. With `replace`, the instance in
+/// place is swapped out once the new one is complete, and then removed:
+/// both count meanwhile, so no call goes uncounted.
+pub(crate) fn pin(
+    probe: &mut Probe<'_>,
+    func: &FuncName,
+    meta: &Meta,
+    replace: bool,
+) -> Result<PathBuf> {
     ensure_bpffs()?;
     fs::DirBuilder::new()
         .recursive(true)
@@ -295,11 +316,17 @@ pub(crate) fn pin(probe: &mut Probe<'_>, func: &FuncName, meta: &Meta) -> Result
         .create(ROOT)
         .map_err(|e| Error::msg(format!("cannot create {ROOT}: {e}")))?;
     let dir = dir_of(func);
-    if dir.exists() {
+    if dir.exists() && !replace {
         return Err(Error::msg(format!(
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
+    // A reader steering the old instance's capture: not swapped under it.
+    let _lock = if replace {
+        Some(Lock::take(func)?)
+    } else {
+        None
+    };
     // bpffs refuses dots in names; a dash cannot be in a function's name.
     let tmp_name = format!("pinning-{func}-{}", std::process::id());
     let tmp = Path::new(ROOT).join(&tmp_name);
@@ -312,6 +339,9 @@ pub(crate) fn pin(probe: &mut Probe<'_>, func: &FuncName, meta: &Meta) -> Result
         let text = serde_json::to_string(meta).expect("meta serializes");
         probe.maps().set_meta(&text)?;
         probe.pin(&tmp)?;
+        if replace && dir.exists() {
+            return exchange(&tmp_name, func);
+        }
         fs::rename(&tmp, &dir).map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::DirectoryNotEmpty => {
                 Error::msg(format!("{func} was pinned meanwhile by another topdown"))
@@ -326,6 +356,45 @@ pub(crate) fn pin(probe: &mut Probe<'_>, func: &FuncName, meta: &Meta) -> Result
         });
     }
     Ok(dir)
+}
+
+/// Swaps the complete new instance in `tmp` with the one at `dir`, then
+/// removes the old one, now at `tmp`. The swap is one rename(2) with
+/// RENAME_EXCHANGE; a kernel that refuses it for bpffs gets two renames,
+/// with `dir` absent for an instant (both programs count throughout).
+fn exchange(tmp_name: &str, func: &FuncName) -> Result<()> {
+    let (tmp, dir) = (Path::new(ROOT).join(tmp_name), dir_of(func));
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL");
+    let (a, b) = (c(&tmp), c(&dir));
+    // SAFETY: renameat2 with valid NUL-terminated paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    let old = if rc == 0 {
+        tmp_name.to_string()
+    } else {
+        let retiring = format!("retiring-{tmp_name}");
+        let retiring_path = Path::new(ROOT).join(&retiring);
+        let fail = |e: std::io::Error, what: &Path| {
+            Error::msg(format!("cannot move {}: {e}", what.display()))
+        };
+        fs::rename(&dir, &retiring_path).map_err(|e| fail(e, &dir))?;
+        if let Err(e) = fs::rename(&tmp, &dir) {
+            let _ = fs::rename(&retiring_path, &dir);
+            return Err(fail(e, &tmp));
+        }
+        retiring
+    };
+    let link = Link::open(Path::new(ROOT).join(&old).join("link")).ok();
+    remove_dir(&old)?;
+    drop(link);
+    Ok(())
 }
 
 /// A pinned instance, opened.
@@ -403,14 +472,14 @@ pub(crate) fn unpin(func: &FuncName) -> Result<()> {
 }
 
 /// Pin directories of pins that were killed halfway (`pinning-FUNC-PID`,
-/// directories, not symlinks).
+/// or `retiring-pinning-FUNC-PID` mid re-pin; directories, not symlinks).
 pub(crate) fn leftovers() -> Vec<String> {
     fs::read_dir(ROOT)
         .map(|es| {
             es.filter_map(|e| e.ok())
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.starts_with("pinning-"))
+                .filter(|n| n.starts_with("pinning-") || n.starts_with("retiring-"))
                 .collect()
         })
         .unwrap_or_default()
@@ -501,6 +570,10 @@ mod tests {
             kernel: "6.12.0".into(),
             boot_id: "b".into(),
             pinned_at: 1.5,
+            synced: Some(Synced {
+                file: "deferred_split_folio.toml".into(),
+                spec: "deferred_split_folio --kprobe".into(),
+            }),
         };
         let text = serde_json::to_string(&m).unwrap();
         let back = parse_meta(&text).unwrap();
@@ -514,5 +587,12 @@ mod tests {
         assert!(parse_meta("").unwrap_err().starts_with("its meta: "));
         assert_eq!(back.mode(), Mode::Kprobe);
         assert!(text.len() < 1000);
+        // A meta written before sync existed reads as pinned by hand.
+        let old = text.replace(
+            r#","synced":{"file":"deferred_split_folio.toml","spec":"deferred_split_folio --kprobe"}"#,
+            "",
+        );
+        assert_ne!(old, text);
+        assert_eq!(parse_meta(&old).unwrap().synced, None);
     }
 }

@@ -1,0 +1,170 @@
+# Declared pins: topdown pin --sync makes the pinned set match a pins.d directory
+# (pins what is missing, re-pins what changed new-before-old, unpins what sync pinned
+# and is declared no more, leaves hand-made pins alone), bad files are one line each
+# while the others apply, and the counts of a synced pin are exact in show and on
+# /metrics. Sync, unpin --synced and serve run with the capabilities their units
+# leave them, as root: CAP_BPF, CAP_PERFMON and CAP_SYSLOG, and for pin (kprobe mode)
+# CAP_SYS_ADMIN.
+. "$TD_LIB"
+need_cmd topdown thp bpftool wget capbound
+need_func deferred_split_folio vfs_read vfs_write vfs_open
+
+F=3 P=2 Q=2 C=2
+ROOT=/sys/fs/bpf/topdown
+D=$TD_TMP/pins.d
+CAPS=bpf,perfmon,syslog
+PIN_CAPS=$CAPS,sys_admin
+mkdir -p "$D"
+
+# decl FILE TEXT: writes a declaration, root's and not writable by others.
+decl() {
+	printf '%s\n' "$2" >"$D/$1"
+	chmod 644 "$D/$1"
+}
+# sync [EXPECTED-STATUS]: topdown pin --sync on $D; stderr in $TD_TMP/sync.err.
+do_sync() {
+	capbound $PIN_CAPS topdown pin --sync --config-dir "$D" 2>"$TD_TMP/sync.err"
+	rc=$?
+	sed 's/^/  sync: /' "$TD_TMP/sync.err"
+	[ $rc = "${1:-0}" ] || fail "pin --sync: exit status $rc, want ${1:-0}"
+}
+synced_line() {
+	grep -qx "$1" "$TD_TMP/sync.err" || fail "pin --sync: no line '$1'"
+	echo "ok: line '$1'"
+}
+pinned_at() {
+	topdown show "$1" --json | grep -o '"pinned_at":[0-9.]*' | sed 's/.*://'
+}
+reason_shown() {
+	_v=$(echo "$SHOWN" | grep -o "{\"reason\":\"$1\",\"count\":[0-9]*" | sed 's/.*://')
+	echo "${_v:-0}"
+}
+scrape() {
+	wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+}
+metric() {
+	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'
+}
+td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
+
+# 1. Two functions declared, synced; a second run changes nothing.
+decl deferred_split_folio.toml 'function = "deferred_split_folio"'
+decl vfs_read.toml 'function = "vfs_read"
+no-profile = true
+kprobe = true'
+do_sync
+synced_line "topdown: pinned deferred_split_folio with fentry as deferred_split_folio.toml declares"
+synced_line "topdown: pinned vfs_read with kprobe as vfs_read.toml declares"
+expect_eq "pinned" "$(ls $ROOT | tr '\n' ' ')" "deferred_split_folio vfs_read "
+expect_eq "programs" "$(td_progs)" 2
+t1=$(pinned_at deferred_split_folio)
+do_sync
+expect_eq "second sync" "$(cat "$TD_TMP/sync.err")" \
+	"topdown: nothing to change: 2 declared in $D and pinned"
+expect_eq "second sync: pinned_at" "$(pinned_at deferred_split_folio)" "$t1"
+expect_eq "second sync: programs" "$(td_progs)" 2
+
+# 2. Exact counts of a workload with known effects, in show and on /metrics.
+thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C >/dev/null || fail "thp failed"
+SHOWN=$(topdown show deferred_split_folio --json) || fail "show failed"
+expect_eq "show: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q))
+expect_eq "show: ZAP" "$(reason_shown ZAP)" $((P + Q))
+expect_eq "show: MADV_COLLAPSE" "$(reason_shown MADV_COLLAPSE)" $C
+capbound $CAPS topdown serve --listen 127.0.0.1:9476 2>"$TD_TMP/serve.err" &
+serve_pid=$!
+wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
+scrape
+expect_eq "metrics: FAULT_ALLOC" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="FAULT_ALLOC"}')" $((F + P + Q))
+expect_eq "metrics: ZAP" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="ZAP"}')" $((P + Q))
+expect_eq "metrics: MADV_COLLAPSE" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="MADV_COLLAPSE"}')" $C
+ts1=$(metric 'topdown_pinned_timestamp_seconds{function="deferred_split_folio"}')
+[ -n "$ts1" ] || fail "no pinned timestamp"
+
+# 3. Re-sync after a change: the new instance replaces the old one (both count
+# meanwhile), its counters start over, and the re-pin shows in the timestamp.
+decl deferred_split_folio.toml 'function = "deferred_split_folio"
+depth = 32'
+do_sync
+synced_line "topdown: re-pinned deferred_split_folio with fentry as deferred_split_folio.toml declares"
+expect_eq "re-pin: programs" "$(td_progs)" 2
+scrape
+ts2=$(metric 'topdown_pinned_timestamp_seconds{function="deferred_split_folio"}')
+echo "timestamps: $ts1 -> $ts2"
+[ "$(echo "$ts1 $ts2" | awk '{ print ($2 > $1) }')" = 1 ] || fail "timestamp not later: $ts1 -> $ts2"
+expect_eq "re-pin: ZAP from zero" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="ZAP"}')" 0
+thp --munmap-halves $P >/dev/null || fail "thp failed"
+scrape
+expect_eq "re-pin: ZAP" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="ZAP"}')" $P
+expect_eq "re-pin: FAULT_ALLOC" "$(metric 'topdown_calls_total{function="deferred_split_folio",reason="FAULT_ALLOC"}')" $P
+kill -INT $serve_pid
+wait $serve_pid || fail "serve exited with $?"
+do_sync
+expect_eq "after re-pin: nothing to change" "$(cat "$TD_TMP/sync.err")" \
+	"topdown: nothing to change: 2 declared in $D and pinned"
+
+# 4. Bad files: one line each, naming the file and the key; the good ones still
+# apply; a synced function whose file turned bad stays pinned; nothing is made for
+# a bad name.
+topdown pin vfs_write --no-profile 2>/dev/null || fail "hand pin failed"
+decl bad_depth.toml 'function = "vfs_readv"
+depth = 500'
+decl bad_key.toml 'function = "vfs_readv"
+deep = 3'
+decl bad_name.toml 'function = "../../../etc"'
+decl bad_syntax.toml 'function = vfs_readv'
+decl vfs_write.toml 'function = "vfs_write"'
+decl vfs_read.toml 'function = "vfs_read"
+kprobe = "yes"'
+decl new.toml 'function = "vfs_open"
+no_profile = true'
+chmod 666 "$D/new.toml"
+do_sync 1
+synced_line "topdown: $D/bad_depth.toml: key 'depth': invalid value '500' for '--depth <N>': 500 is not in 1..=127"
+grep -q "^topdown: $D/bad_key.toml: unknown key 'deep': keys are function and topdown pin's options: " "$TD_TMP/sync.err" ||
+	fail "no unknown-key line"
+synced_line "topdown: $D/bad_name.toml: key 'function': '../../../etc' is not a kernel function name: it starts with '.'"
+grep -q "^topdown: $D/bad_syntax.toml: line 1: " "$TD_TMP/sync.err" || fail "no syntax line"
+synced_line "topdown: $D/vfs_read.toml: key 'kprobe': a flag: give true or false"
+synced_line "topdown: $D/new.toml: it is writable by others (mode 666): chmod go-w it"
+synced_line "topdown: $D/vfs_write.toml: vfs_write is pinned by hand, not by topdown pin --sync: unpin it (topdown unpin vfs_write) for sync to pin it"
+synced_line "topdown: 7 declarations in $D not applied (see above)"
+expect_eq "bad: lines" "$(wc -l <"$TD_TMP/sync.err")" 8
+expect_eq "bad: pinned" "$(ls $ROOT | tr '\n' ' ')" "deferred_split_folio vfs_read vfs_write "
+chmod 644 "$D/new.toml"
+do_sync 1
+synced_line "topdown: pinned vfs_open with fentry as new.toml declares"
+rm "$D"/bad_*.toml "$D/vfs_write.toml"
+decl vfs_read.toml 'function = "vfs_read"
+no-profile = true
+kprobe = true'
+do_sync
+expect_eq "fixed: nothing to change" "$(cat "$TD_TMP/sync.err")" \
+	"topdown: nothing to change: 3 declared in $D and pinned"
+
+# 5. A directory that cannot be read changes nothing.
+out=$(topdown pin --sync --config-dir "$TD_TMP/none" 2>&1) && fail "sync of a missing dir succeeded"
+expect_eq "missing dir" "$out" \
+	"topdown: cannot read $TD_TMP/none: No such file or directory (os error 2); declare pins there (one FUNC.toml each) or give --config-dir DIR"
+expect_eq "missing dir: pinned" "$(ls $ROOT | tr '\n' ' ')" "deferred_split_folio vfs_open vfs_read vfs_write "
+
+# 6. unpin --synced: what sync pinned, not the hand-made pin.
+capbound $PIN_CAPS topdown unpin --synced 2>"$TD_TMP/unpin.err" || fail "unpin --synced failed: $(cat "$TD_TMP/unpin.err")"
+expect_eq "unpin --synced: pinned" "$(ls $ROOT | tr '\n' ' ')" "vfs_write "
+do_sync
+expect_eq "synced again: pinned" "$(ls $ROOT | tr '\n' ' ')" "deferred_split_folio vfs_open vfs_read vfs_write "
+
+# 7. The configuration removed and synced: sync's pins go, the hand-made one stays;
+# then nothing of topdown is left.
+rm "$D"/*.toml
+do_sync
+synced_line "topdown: unpinned deferred_split_folio: deferred_split_folio.toml declares it no more"
+synced_line "topdown: unpinned vfs_read: vfs_read.toml declares it no more"
+synced_line "topdown: unpinned vfs_open: new.toml declares it no more"
+expect_eq "config removed: pinned" "$(ls $ROOT | tr '\n' ' ')" "vfs_write "
+topdown unpin vfs_write 2>/dev/null || fail "unpin failed"
+expect_eq "programs left" "$(td_progs)" 0
+i=0
+while [ "$(td_maps)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+expect_eq "maps left" "$(td_maps)" 0
+expect_eq "pins left" "$(ls -A $ROOT)" ""
+exit 0
