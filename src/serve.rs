@@ -26,6 +26,7 @@ pub(crate) fn run(
         ))
     })?;
     eprintln!("topdown: serving http://{listen}/metrics; Ctrl-C to end");
+    notify_ready();
     while !stop.load(Ordering::Relaxed) {
         let req = match server.recv_timeout(POLL) {
             Ok(Some(req)) => req,
@@ -42,6 +43,36 @@ pub(crate) fn run(
                 .with_header(header),
         );
     }
+    Ok(())
+}
+
+/// Tells systemd (a Type=notify unit) that serve listens: READY=1 on the
+/// datagram socket named by $NOTIFY_SOCKET (a path, or with '@' an
+/// abstract name), as sd_notify(3) does. Without it, nothing to do; a
+/// failure is reported and serving goes on (systemd then times out).
+fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    if let Err(e) = send_notify(&path, "READY=1") {
+        eprintln!(
+            "topdown: cannot tell systemd that serve is ready ({}): {e}",
+            path.to_string_lossy()
+        );
+    }
+}
+
+fn send_notify(path: &std::ffi::OsStr, msg: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+    let bytes = path.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => UnixAddr::from_abstract_name(name)?,
+        None => UnixAddr::from_pathname(std::path::Path::new(path))?,
+    };
+    let sock = UnixDatagram::unbound()?;
+    sock.send_to_addr(msg.as_bytes(), &addr)?;
     Ok(())
 }
 
@@ -94,6 +125,30 @@ mod tests {
                 "topdown: no kallsyms\n".into()
             )
         );
+    }
+
+    /// READY=1 reaches a datagram socket named by path and by abstract
+    /// name, as systemd listens on either.
+    #[test]
+    fn notifies_systemd() {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+        let dir = std::env::temp_dir().join(format!("topdown-notify-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("notify");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        send_notify(path.as_os_str(), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = sock.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        let name = format!("topdown-notify-{}", std::process::id());
+        let abs = UnixDatagram::bind_addr(&UnixAddr::from_abstract_name(&name).unwrap()).unwrap();
+        send_notify(std::ffi::OsStr::new(&format!("@{name}")), "READY=1").unwrap();
+        let n = abs.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        assert!(send_notify(dir.join("none").as_os_str(), "READY=1").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A real HTTP exchange over loopback, and a second server on the same

@@ -180,7 +180,7 @@ fn remove_dir(name: &str) -> Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(cannot(e)),
     };
-    for entry in PINNED_MAPS.iter().chain(&["link"]) {
+    for entry in PINNED_MAPS.iter().chain(&["link", "prog"]) {
         match pins.is_file(entry) {
             Ok(true) => pins
                 .unlink(entry, false)
@@ -427,7 +427,17 @@ pub(crate) fn open(func: &FuncName) -> Result<Instance> {
     let meta = parse_meta(&text).map_err(unreadable)?;
     let link = Link::open(dir.join("link"))
         .map_err(|e| Error::bpf(&format!("opening {}", dir.join("link").display()), e))?;
-    let probe = Probe::pinned(maps, &link, meta.mode(), func);
+    // Pinned since the program pin was added; older instances have none.
+    let prog = std::ffi::CString::new(dir.join("prog").into_os_string().into_encoded_bytes())
+        .ok()
+        .and_then(|p| {
+            // SAFETY: a plain syscall wrapper with a valid path; a negative
+            // result is an error, not wrapped.
+            let fd = unsafe { libbpf_sys::bpf_obj_get(p.as_ptr()) };
+            // SAFETY: fd is a new file descriptor we own.
+            (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+        });
+    let probe = Probe::pinned(maps, prog, &link, meta.mode(), func);
     Ok(Instance { meta, probe })
 }
 

@@ -3,7 +3,7 @@
 //! `maps`.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
@@ -359,16 +359,24 @@ impl<'obj> Probe<'obj> {
         })
     }
 
-    /// A pinned instance's program, found through its pinned link, and
-    /// its maps.
-    pub(crate) fn pinned(maps: Maps, link: &Link, mode: Mode, func: &str) -> Self {
-        let prog = link.info().ok().and_then(|info| {
+    /// A pinned instance's program (`prog`: its pin, opened; else found
+    /// through its pinned link, which takes CAP_SYS_ADMIN), and its maps.
+    pub(crate) fn pinned(
+        maps: Maps,
+        prog: Option<OwnedFd>,
+        link: &Link,
+        mode: Mode,
+        func: &str,
+    ) -> Self {
+        let by_id = || {
+            let info = link.info().ok()?;
             // SAFETY: a plain syscall wrapper; a negative result is an
             // error and is not wrapped.
             let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(info.prog_id) };
             // SAFETY: fd is a new file descriptor we own.
             (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-        });
+        };
+        let prog = prog.or_else(by_id);
         Probe {
             maps,
             owner: Owner::Pinned {
@@ -514,6 +522,25 @@ impl<'obj> Probe<'obj> {
             )
         })?;
         self.maps.pin(dir)?;
+        // The program too: a reader opens it for its run statistics with
+        // no CAP_SYS_ADMIN (finding it by id would take it).
+        let Owner::Loaded { skel, which, .. } = &self.owner else {
+            unreachable!("matched above")
+        };
+        let path = std::ffi::CString::new(dir.join("prog").into_os_string().into_encoded_bytes())
+            .map_err(|_| Error::msg("a pin path with a NUL byte"))?;
+        let fd = counting(skel, Some(self.mode), *which).as_fd().as_raw_fd();
+        // SAFETY: a plain syscall wrapper, with a valid fd and path.
+        if unsafe { libbpf_sys::bpf_obj_pin(fd, path.as_ptr()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::msg(format!("cannot pin the counting program: {e}")));
+        }
+        let Owner::Loaded {
+            link: Some(link), ..
+        } = &mut self.owner
+        else {
+            unreachable!("matched above")
+        };
         // The pin holds the link now: dropping ours must not detach it.
         link.disconnect();
         Ok(())
