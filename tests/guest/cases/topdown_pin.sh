@@ -68,6 +68,46 @@ topdown unpin bogus 2>/dev/null || fail "unpin of a broken pin failed"
 out=$(asnobody topdown show 2>&1) && fail "show as nobody succeeded: $out"
 echo "$out" | grep -q "not enough privileges" || fail "show as nobody: $out"
 
+# 2b. FUNC is a kernel symbol, never a path: refused as a usage error (exit 2, one
+# line) before anything is made; nothing outside topdown's root is touched.
+mkdir -p /tmp/rv/victim && echo keep >/tmp/rv/victim/file
+bpffs_before=$(ls -A /sys/fs/bpf)
+locks_before=$(ls -A /run/topdown 2>/dev/null)
+for args in "unpin /tmp/rv/victim" "unpin .." "unpin ../topdown" "show /etc" "show ." \
+	"pin /tmp/rv/victim" "/tmp/rv/victim -d 1" "trace .. -d 1" "unpin vfs_read/.." "show a:b"; do
+	# shellcheck disable=SC2086
+	topdown $args >"$TD_TMP/out" 2>"$TD_TMP/err"
+	rc=$?
+	echo "+ topdown $args: $(cat "$TD_TMP/err")"
+	expect_eq "exit status of topdown $args" $rc 2
+	expect_eq "stderr lines of topdown $args" "$(wc -l <"$TD_TMP/err")" 1
+	grep -q "not a kernel function name: " "$TD_TMP/err" || fail "topdown $args: $(cat "$TD_TMP/err")"
+done
+expect_eq "the victim's file" "$(cat /tmp/rv/victim/file)" keep
+expect_eq "beside the victim" "$(ls -A /tmp/rv)" victim
+expect_eq "in /sys/fs/bpf" "$(ls -A /sys/fs/bpf)" "$bpffs_before"
+# (Locks of functions read or unpinned before, here or by other cases, stay, as they do.)
+expect_eq "locks made" "$(ls -A /run/topdown 2>/dev/null)" "$locks_before"
+# A symlink under the root is no pin: not listed, not followed, not removed.
+ln -s /tmp/rv/victim $ROOT/victim
+expect_fail "victim is not pinned" unpin victim
+expect_fail "victim is not pinned" show victim
+topdown show | grep -q victim && fail "show lists a symlink: $(topdown show)"
+# A pin directory with a symlink and a directory planted in it: topdown's pins are
+# removed (the program is detached), the rest is left and named.
+topdown pin vfs_read --no-profile 2>/dev/null || fail "pin vfs_read failed"
+progs=$(td_progs)
+ln -s /tmp/rv/victim $ROOT/vfs_read/evil
+ln -s /tmp/rv/victim/file $ROOT/vfs_read/evil_file
+mkdir $ROOT/vfs_read/foreign
+expect_fail "^topdown: left $ROOT/vfs_read in place: it holds evil, evil_file, foreign, which topdown did not make; topdown's own pins in it are removed\$" unpin vfs_read
+expect_eq "programs after unpin with foreign entries" "$(td_progs)" $((progs - 1))
+expect_eq "left in the pin directory" "$(ls -A $ROOT/vfs_read | tr '\n' ' ')" "evil evil_file foreign "
+expect_eq "the victim's file after unpin" "$(cat /tmp/rv/victim/file)" keep
+expect_eq "beside the victim after unpin" "$(ls -A /tmp/rv)" victim
+rm $ROOT/vfs_read/evil $ROOT/vfs_read/evil_file $ROOT/victim
+rmdir $ROOT/vfs_read/foreign $ROOT/vfs_read
+
 # 3. A reader: counts from its start, exact; a second reader is refused; SIGKILL
 # leaves the pinned instance counting, exactly.
 td_start deferred_split_folio -i 1 --stack-on ZAP
@@ -97,8 +137,15 @@ td_stop INT
 topdown serve --listen 127.0.0.1:9476 2>"$TD_TMP/serve.err" &
 serve_pid=$!
 wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
+# A pinned function that cannot be read (a broken pin directory) fails its own series,
+# not the scrape.
+mkdir $ROOT/bogus
 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+rmdir $ROOT/bogus
 head -5 "$TD_TMP/metrics"
+grep -qx 'topdown_read_error{function="bogus"} 1' "$TD_TMP/metrics" || fail "no read error for bogus"
+grep -q "topdown: scrape: cannot read pinned bogus: bogus's pinned instance cannot be read" "$TD_TMP/serve.err" ||
+	fail "no log line for bogus: $(cat "$TD_TMP/serve.err")"
 grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"ZAP\"} $((P + Q + P))" "$TD_TMP/metrics" ||
 	fail "no exact ZAP counter: $(grep ZAP "$TD_TMP/metrics")"
 grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"MADV_COLLAPSE\"} $C" "$TD_TMP/metrics" ||
@@ -130,8 +177,12 @@ readloop 1000 >/dev/null || fail "readloop failed"
 SHOWN=$(topdown show vfs_read --json)
 [ "$(reason_shown ksys_read)" -ge 1000 ] || fail "kprobe pin: ksys_read $(reason_shown ksys_read) < 1000"
 echo "$SHOWN" | grep -q '"mode":"kprobe"' || fail "kprobe pin: $SHOWN"
+# A symlink named like a pin killed halfway is not followed by unpin --all.
+ln -s /tmp/rv $ROOT/pinning-victim-1
 topdown unpin --all 2>/dev/null || fail "unpin --all failed"
 expect_eq "programs left after unpin --all" "$(td_progs)" 0
+expect_eq "the victim's file after unpin --all" "$(cat /tmp/rv/victim/file)" keep
+rm $ROOT/pinning-victim-1
 
 # 7. bpffs: mounted by pin if it is not; a read-only one is a clear error, leaving nothing.
 umount /sys/fs/bpf
