@@ -6,6 +6,8 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
@@ -136,6 +138,39 @@ pub(crate) struct Maps {
     pids: Option<MapHandle>,
     data_mem: Section<types::data>,
     bss_mem: Section<types::bss>,
+    /// A pinned instance's shared state as this reader set it, under a
+    /// lease (None for an object this process loaded: it dies with it).
+    lease: Option<Mutex<Steer>>,
+}
+
+/// How long a pinned instance's shared state outlives its reader's last
+/// touch. The reader touches it at least every 50 ms tick while it holds
+/// any; the margin covers a slow symbolization under load.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+
+/// What a reader set in a pinned instance: the own tgid, and capture.
+#[derive(Default)]
+struct Steer {
+    tgid: u32,
+    slot: u32,
+    callers: Vec<(u64, u64)>,
+}
+
+impl Steer {
+    fn holds(&self) -> bool {
+        self.tgid != 0 || self.slot != SLOT_NONE
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
@@ -280,6 +315,7 @@ impl Maps {
             bss_mem: Section::map(&bss, ".bss")?,
             data,
             bss,
+            lease: None,
         })
     }
 
@@ -306,6 +342,10 @@ impl Maps {
             bss_mem: Section::map(&bss, ".bss")?,
             data,
             bss,
+            lease: Some(Mutex::new(Steer {
+                slot: SLOT_NONE,
+                ..Steer::default()
+            })),
         })
     }
 
@@ -527,10 +567,58 @@ impl Maps {
                 callers.len()
             )));
         }
-        // SAFETY: ctl and watch point into the .data and .bss mappings,
-        // alive as long as self.
-        unsafe { publish(self.ctl(), self.watch(), slot, callers) };
+        self.steer(None, Some((slot, callers)));
         Ok(())
+    }
+
+    /// Sets the own tgid and/or capture. For a pinned instance, under this
+    /// reader's lease: taken (or renewed) before anything is set, given up
+    /// once nothing is. If the BPF side took the state back meanwhile (the
+    /// lease ran out: this process stalled), all of it is published again.
+    fn steer(&self, own: Option<u32>, capture: Option<(u32, &[(u64, u64)])>) {
+        let ctl = self.ctl();
+        let leased = self.lease.is_some();
+        let mut fresh = Steer {
+            slot: SLOT_NONE,
+            ..Steer::default()
+        };
+        let mut guard = self
+            .lease
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        let s = guard.as_deref_mut().unwrap_or(&mut fresh);
+        // SAFETY (here and below): ctl and watch point into the .data and
+        // .bss mappings, alive as long as self.
+        let lost = leased
+            && s.holds()
+            && unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*ctl).lease_ns)) } == 0;
+        if let Some(tgid) = own {
+            s.tgid = tgid;
+        }
+        if let Some((slot, callers)) = capture {
+            s.slot = slot;
+            s.callers = callers.to_vec();
+        }
+        let write_lease = move |ns: u64| unsafe {
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), ns);
+            fence(Ordering::SeqCst);
+        };
+        if leased && s.holds() {
+            write_lease(mono_ns() + LEASE.as_nanos() as u64);
+        }
+        unsafe {
+            if lost || own.is_some() {
+                std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).own_tgid), s.tgid);
+                fence(Ordering::SeqCst);
+                set_watch(self.watch(), WATCH_OWN, s.tgid != 0);
+            }
+            if lost || capture.is_some() {
+                publish(ctl, self.watch(), s.slot, &s.callers);
+            }
+        }
+        if leased && !s.holds() {
+            write_lease(0);
+        }
     }
 
     fn ctl(&self) -> *mut types::td_control {
@@ -547,13 +635,7 @@ impl Maps {
     /// the tgid first, then the calls sent to the slow path, which checks
     /// it (td_watch).
     pub(crate) fn own(&self, tgid: u32) {
-        // SAFETY: as in capture; a u32 store the BPF side reads once a
-        // call, and a byte store.
-        unsafe {
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.ctl()).own_tgid), tgid);
-            fence(Ordering::SeqCst);
-            set_watch(self.watch(), WATCH_OWN, tgid != 0);
-        }
+        self.steer(Some(tgid), None);
     }
 
     /// Takes `pid` out of the pid filter: its process exited, and a new one
@@ -573,6 +655,15 @@ impl Maps {
         // SAFETY: as in capture; a u32 load.
         let r = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ctl()).reason)) };
         (r != SLOT_NONE).then_some(r)
+    }
+
+    /// Steers as a pinned instance's reader does: under a lease.
+    #[cfg(test)]
+    pub(crate) fn take_leases(&mut self) {
+        self.lease = Some(Mutex::new(Steer {
+            slot: SLOT_NONE,
+            ..Steer::default()
+        }));
     }
 
     /// The raw control block and watch key, for a test that moves capture

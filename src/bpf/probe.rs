@@ -392,6 +392,11 @@ impl<'obj> Probe<'obj> {
         &self.maps
     }
 
+    #[cfg(test)]
+    pub(crate) fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
+    }
+
     pub(crate) fn mode(&self) -> Mode {
         self.mode
     }

@@ -81,6 +81,62 @@ fn calls_of_the_awake_topdown_process_are_left_out_and_no_other() {
     });
 }
 
+/// The lease fields as the BPF side sees them: (lease_ns, own_tgid,
+/// reason, watch bytes).
+fn steered(p: &Probe<'_>) -> (u64, u32, u32, [u8; 4]) {
+    let (ctl, watch) = p.maps().control_ptr();
+    // SAFETY: the object is alive; plain loads of mapped memory.
+    unsafe {
+        (
+            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).lease_ns)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).own_tgid)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).reason)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*watch).why)),
+        )
+    }
+}
+
+#[test]
+fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let a = 0xffffffff81000123;
+    let mut storage = MaybeUninit::uninit();
+    let config = capture_config();
+    let mut p = selftest::load(&mut storage, &config);
+    p.maps_mut().take_leases();
+    p.maps().add_site(a, 7).unwrap();
+    // A reader of another process, capturing slot 2: the lease is taken.
+    p.maps().own(1);
+    p.maps().capture(2, &[]).unwrap();
+    let (lease, own, reason, why) = steered(&p);
+    assert!(lease > crate::bpf::maps::mono_ns());
+    assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
+    // Within the lease, calls take the slow path and nothing changes.
+    p.test_count(a, 2);
+    assert_eq!(steered(&p), (lease, 1, 2, [1, 1, 0, 0]));
+    // The reader is killed: nobody renews. Past the lease, the first
+    // watched call puts everything back, and is counted.
+    let (ctl, _) = p.maps().control_ptr();
+    // SAFETY: as in steered.
+    unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), 1) };
+    p.test_count(a, 1);
+    assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
+    p.test_count(a, 4);
+    assert_eq!(p.maps().counts().unwrap()[7], 2 + 1 + 4);
+    // A reader that stalled past its lease publishes all of it again on
+    // its next touch.
+    p.maps().own(1);
+    let (lease, own, reason, why) = steered(&p);
+    assert!(lease > crate::bpf::maps::mono_ns());
+    assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
+    // Nothing held: the lease is given up, and never runs out.
+    p.maps().capture(SLOT_NONE, &[]).unwrap();
+    p.maps().own(0);
+    assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
+}
+
 #[test]
 fn the_pending_table_is_read_whole_in_batches() {
     if !crate::testing::bpf_or_skip() {

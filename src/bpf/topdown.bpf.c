@@ -939,6 +939,25 @@ static __always_inline bool is_own_call(void)
 	return own && bpf_get_current_pid_tgid() >> 32 == own;
 }
 
+/*
+ * A reader killed by SIGKILL cannot put back what it set: the program
+ * would send every call down the slow path until the next reader came.
+ * Its lease lets the first watched call after it do that instead. A reader
+ * found to have lost its lease publishes its state again.
+ */
+static __always_inline void lease_check(void)
+{
+	__u64 lease = *(volatile __u64 *)&ctl.lease_ns;
+
+	if (!lease || bpf_ktime_get_ns() < lease)
+		return;
+	*(volatile __u64 *)&ctl.lease_ns = 0;
+	*(volatile __u32 *)&ctl.reason = TD_SLOT_NONE;
+	*(volatile __u32 *)&ctl.own_tgid = 0;
+	*(volatile __u8 *)&watch.why[TD_WATCH_OWN] = 0;
+	*(volatile __u8 *)&watch.why[TD_WATCH_STACKS] = 0;
+}
+
 /* What bpf_loop's body sees of the search for a stack reason's range. */
 struct td_range_walk {
 	__u64 ret;
@@ -1128,6 +1147,8 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	__u32 r, want;
 	bool hit;
 
+	if (!c)
+		lease_check();
 	if (!c || verify_all) {
 		if (is_own_call()) {
 			/* Symbolizing reads files: don't count what we cause. */

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 3,
+	TD_LAYOUT_VERSION = 4,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -260,6 +260,13 @@ struct td_control {
 	 */
 	__u32 own_tgid;
 	__u32 pad;
+	/*
+	 * 0, or the CLOCK_MONOTONIC time (ns) up to which a pinned instance's
+	 * reader holds the watch key, own_tgid and capture. The reader renews
+	 * it whenever it touches them; past it (the reader was killed) the
+	 * first watched call puts them back (see lease_check).
+	 */
+	__u64 lease_ns;
 };
 
 /*

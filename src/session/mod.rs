@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
-use crate::bpf::maps::Maps;
+use crate::bpf::maps::{mono_ns, Maps};
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Probe, ProgStats};
 use crate::error::{Error, Result};
@@ -151,17 +151,6 @@ pub(crate) struct Context<'a> {
     /// Which calls count: the --pid filter's processes are watched, and
     /// taken out of it when they exit.
     pub(crate) filter: Filter,
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Every reason named so far, special slots aside.

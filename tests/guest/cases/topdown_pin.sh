@@ -124,10 +124,15 @@ td_stop KILL
 # The killed reader left capture on: every call is sent to the stack gate, exact still.
 expect_eq "after SIGKILL: calls sent to the stack gate" "$(watch_bytes | cut -d, -f2)" 1
 thp --faults $F >/dev/null || fail "thp failed"
+expect_eq "after SIGKILL, within the lease: watch key" "$(watch_bytes | cut -d, -f2)" 1
+# Past the reader's lease (3 s), the first watched call puts its state back: no
+# topdown process runs, and the program is back on its common path.
+sleep 4
+thp --faults $F >/dev/null || fail "thp failed"
+expect_eq "after SIGKILL, past the lease: watch key" "$(watch_bytes)" "0,0,0,0"
 show_json
-expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 2 * F))
+expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 3 * F))
 expect_eq "after SIGKILL: ZAP" "$(reason_shown ZAP)" $((P + Q + P))
-# show found no reader holding the lock: capture off, no process's calls left out.
 expect_eq "after show: watch key" "$(watch_bytes)" "0,0,0,0"
 # The killed reader's lock is gone: a new reader starts.
 td_start deferred_split_folio -d 1
