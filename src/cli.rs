@@ -135,10 +135,14 @@ pub struct FilterArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
-    /// Kernel function to trace.
+    /// Kernel function to trace (with -x: a function in that file).
     #[arg(value_name = "FUNC", required_unless_present = "list_profiles",
-          value_parser = funcname::parse_arg)]
+          value_parser = funcname::parse_trace_arg)]
     pub func: Option<FuncName>,
+
+    /// Trace FUNC in this program or library with a uprobe: a path, or a library name as bcc takes it (c: the C library).
+    #[arg(short = 'x', long = "binary", value_name = "PATH")]
+    pub binary: Option<String>,
 
     /// Seconds between reports.
     #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
@@ -261,6 +265,10 @@ pub struct PinArgs {
     /// With --sync: the directory of declarations, FUNC.toml files [default: /etc/topdown/pins.d].
     #[arg(long, value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
+
+    /// Refused: a user-space function is traced, not pinned (see topdown(8)).
+    #[arg(short = 'x', long = "binary", value_name = "PATH")]
+    pub binary: Option<String>,
 
     #[command(flatten)]
     pub mode: ModeArgs,

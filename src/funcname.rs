@@ -55,6 +55,20 @@ pub fn parse_arg(s: &str) -> Result<FuncName, String> {
     FuncName::parse(s).map_err(|why| format!("not a kernel function name: {why}"))
 }
 
+/// clap's value parser for the traced FUNC: as `parse_arg`, and bcc's and
+/// bpftrace's `PATH:FUNC` (`c:malloc`, `uprobe:/lib/libc.so.6:free`) is
+/// refused with the `-x` form to use instead.
+pub fn parse_trace_arg(s: &str) -> Result<FuncName, String> {
+    let spec = s.strip_prefix("uprobe:").unwrap_or(s);
+    parse_arg(s).map_err(|why| match spec.rsplit_once(':') {
+        Some((path, name)) => format!(
+            "{why}; a function in a program or library is named with -x PATH FUNC \
+             (here: -x {path} {name}), not PATH:FUNC"
+        ),
+        None => why,
+    })
+}
+
 impl Deref for FuncName {
     type Target = str;
     fn deref(&self) -> &str {
@@ -149,5 +163,15 @@ mod tests {
             parse_arg("a/b").unwrap_err(),
             "not a kernel function name: it has a '/' (a function's name, not a path)"
         );
+    }
+
+    #[test]
+    fn the_colon_syntax_is_refused_with_the_form_to_use() {
+        let e = parse_trace_arg("c:malloc").unwrap_err();
+        assert!(e.contains("-x c malloc"), "{e}");
+        let e = parse_trace_arg("uprobe:/lib/x/libc.so.6:free").unwrap_err();
+        assert!(e.contains("-x /lib/x/libc.so.6 free"), "{e}");
+        assert_eq!(parse_trace_arg("vfs_read").unwrap(), "vfs_read");
+        assert!(parse_trace_arg("a/b").is_err());
     }
 }

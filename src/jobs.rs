@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use crate::bpf::abi::{Config, SLOT_NONE};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::pin::{self, Meta};
-use crate::bpf::probe::{Companion, Probe};
+use crate::bpf::probe::{self, Companion, Mode, Probe};
 use crate::cli::Cli;
 use crate::declared;
 use crate::error::{Error, Result};
@@ -449,6 +449,9 @@ fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
 /// pinned function is read from its pins instead of being traced again.
 pub fn trace(t: Trace) -> Result<Status> {
     host::check_privileges()?;
+    if t.target.user.is_some() {
+        return trace_user(t);
+    }
     if pin::is_pinned(&t.target.func) {
         return trace_pinned(t);
     }
@@ -526,6 +529,100 @@ fn finish(ended: session::Ended, files: &Files, top: usize) -> Result<Status> {
         }
         (Some(e), Ok(_)) => Err(e),
     }
+}
+
+/// `topdown -x PATH FUNC`: a uprobe at FUNC's entry counts its calls by
+/// caller function, symbolized per process; stacks are user stacks.
+fn trace_user(t: Trace) -> Result<Status> {
+    use libbpf_rs::skel::OpenSkel;
+    let Some(user) = t.target.user.clone() else {
+        return Err(Error::msg("no user-space target"));
+    };
+    let stop = stop_on_signals()?;
+    let info = RunInfo {
+        kernel: pin::kernel_and_boot().0,
+        profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
+        system: system_state(
+            t.files.save.is_some() || t.session.baseline.is_some(),
+            &knobs_of(&t.target),
+            t.filter.cgroup.as_ref().map(|c| c.path.as_path()),
+        ),
+        fix: t.fix.clone(),
+    };
+    warn_baseline(t.session.baseline.as_ref(), &info);
+    let config = Config {
+        func_addr: 0,
+        verify_caller: false,
+        user_stacks: true,
+        stack_frames: t.load.depth,
+        sample_every: t.load.sample,
+        deep: None,
+        deep_depth: 0,
+        stacks: t.trigger.auto || t.stack_on.is_some(),
+        filter: t.filter.for_bpf(),
+    };
+    let features = host::Features::probe();
+    let mut storage = std::mem::MaybeUninit::uninit();
+    let bare = t.companion == Some(Companion::Bare);
+    let open = probe::open(
+        &mut storage,
+        &config,
+        &user.func,
+        Mode::Uprobe,
+        bare.then_some(Companion::Bare),
+        &features,
+    )?;
+    let skel = open
+        .load()
+        .map_err(|e| Error::bpf("loading the uprobe program", e))?;
+    probe::set_filter(&skel, &config.filter)?;
+    let which = probe::Counting::of(&config, &features);
+    let mut probe = Probe::new(skel, Mode::Uprobe, which, &user.func, None)?;
+    // Reasons: caller functions, routed by the profile's caller lists.
+    let mut mapper = Mapper::auto(t.max_reasons);
+    for r in t.target.profile.iter().flat_map(|p| &p.reasons) {
+        for caller in &r.callers {
+            mapper.route(caller, &r.name);
+        }
+        mapper.reasons.slot(&r.name);
+    }
+    // --stack-on: a profile reason, not-found, or any caller function.
+    let stack_on = t
+        .stack_on
+        .as_deref()
+        .map(|name| match reasons::is_not_found(name) {
+            true => crate::bpf::abi::SLOT_NOT_FOUND,
+            false => mapper
+                .reasons
+                .lookup(name)
+                .unwrap_or_else(|| mapper.reasons.slot(name)),
+        });
+    mapper.sync(probe.maps())?;
+    let pids: Vec<i32> = t.filter.tgids().iter().map(|&p| p as i32).collect();
+    probe.attach_uprobes(&user.path, user.offset as usize, &pids, bare)?;
+    eprintln!("topdown: tracing {} with a uprobe", user.describe());
+    if let Some(f) = t.filter.describe() {
+        eprintln!("topdown: counting only calls {f}");
+    }
+    let ksyms = Kallsyms::default();
+    let ctx = Context {
+        ksyms: &ksyms,
+        mapper: &mut mapper,
+        func_addr: 0,
+        stack_on,
+        symbols: Symbols::new(None, t.session.verbose),
+        info,
+        filter: t.filter.clone(),
+    };
+    let ended = session::run(
+        probe,
+        ctx,
+        Trigger::new(t.trigger, stack_on),
+        &t.session,
+        &stop,
+        &mut Stdout::new(io::stdout().lock()),
+    )?;
+    finish(ended, &t.files, t.session.top)
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.

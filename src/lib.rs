@@ -54,6 +54,7 @@ mod system;
 mod tailcall;
 #[cfg(test)]
 mod testing;
+mod user;
 mod version;
 
 pub use bpf::log::route_libbpf_messages;

@@ -18,6 +18,7 @@ use crate::profile::{self, Profile};
 use crate::report::compare::{Baseline, VerifyConfig};
 use crate::report::saved::{self, Saved};
 use crate::session::{self, TriggerConfig};
+use crate::user::UserTarget;
 
 /// What to do.
 #[derive(Debug)]
@@ -92,6 +93,8 @@ pub struct Target {
     pub(crate) users_own: bool,
     /// --vmlinux, if given.
     pub(crate) vmlinux: Option<PathBuf>,
+    /// -x: FUNC is a function in this ELF file, traced with a uprobe.
+    pub(crate) user: Option<UserTarget>,
 }
 
 /// A tracing run.
@@ -129,6 +132,13 @@ impl Plan {
         let (job, verbose) = match &cli.command {
             None => trace_job(&cli.trace)?,
             Some(Command::Trace(t)) => trace_job(t)?,
+            Some(Command::Pin(p)) if p.binary.is_some() => {
+                return Err(Error::usage(
+                    "a user-space function cannot be pinned: its call sites are addresses in \
+                     processes that only a running topdown can name before they exit; \
+                     trace it with topdown -x PATH FUNC",
+                ))
+            }
             Some(Command::Pin(p)) if p.sync => (
                 Job::Sync {
                     dir: p
@@ -186,7 +196,11 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
         .func
         .clone()
         .ok_or_else(|| Error::usage("no FUNC given (see topdown --help)"))?;
-    let job = if t.list_reasons {
+    let job = if t.list_reasons && t.binary.is_some() {
+        return Err(Error::usage(
+            "--list-reasons resolves a profile on the kernel: not with -x",
+        ));
+    } else if t.list_reasons {
         Job::ListReasons(target(&func, &t.profile)?)
     } else {
         Job::Trace(Box::new(trace(&func, t)?))
@@ -261,6 +275,65 @@ fn target(func: &FuncName, p: &ProfileArgs) -> Result<Target> {
         users_own: p.reasons.is_some() || p.rules.is_some(),
         vmlinux: p.vmlinux.clone(),
         func: func.clone(),
+        user: None,
+    })
+}
+
+/// `-x PATH FUNC`: FUNC found in the file, and the options that make sense
+/// for a uprobe. Reasons are caller functions; a profile (--reasons,
+/// --rules) routes callers by name, without deeper frames.
+fn user_target(binary: &str, func: &FuncName, t: &TraceArgs) -> Result<Target> {
+    let p = &t.profile;
+    let refused = [
+        (
+            t.mode.fentry || t.mode.kprobe,
+            "--fentry and --kprobe: -x uses a uprobe",
+        ),
+        (
+            p.vmlinux.is_some(),
+            "--vmlinux: -x captures user stacks only",
+        ),
+        (
+            p.profile.is_some(),
+            "--profile: the built-in profiles are for kernel functions",
+        ),
+        (
+            t.verify_caller,
+            "--verify-caller: a uprobe reads its caller in one way only",
+        ),
+        (
+            matches!(
+                t.companion,
+                Some(CompanionKind::Fentry | CompanionKind::Fexit)
+            ),
+            "--companion fentry and fexit: only bare goes with a uprobe",
+        ),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(given, _)| *given) {
+        return Err(Error::usage(format!("-x takes no {what}")));
+    }
+    let profile = match (&p.reasons, &p.rules) {
+        (Some(path), _) => Some(Profile::load(path)?),
+        (_, Some(spec)) => Some(Profile::inline(spec)?),
+        _ => None,
+    };
+    if let Some(r) = profile
+        .iter()
+        .flat_map(|p| &p.reasons)
+        .find(|r| r.within.is_some())
+    {
+        return Err(Error::usage(format!(
+            "reason {}: deeper-frame rules (within) are for kernel functions; \
+             with -x a reason is a list of caller functions",
+            r.name
+        )));
+    }
+    Ok(Target {
+        func: func.clone(),
+        users_own: profile.is_some(),
+        profile,
+        vmlinux: None,
+        user: Some(UserTarget::find(binary, func)?),
     })
 }
 
@@ -334,10 +407,30 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
 
     let f = &t.filter;
     let filter = Filter::check(&f.pids, f.cgroup.as_deref(), f.cpus.as_ref())?;
+    let (target, load) = match &t.binary {
+        Some(binary) => {
+            let target = user_target(binary, func, t)?;
+            let mut load = load(
+                &ModeArgs {
+                    fentry: false,
+                    kprobe: false,
+                },
+                &t.capture,
+                None,
+            )?;
+            // The caller's own stack is all a uprobe has to show.
+            load.user_stacks = true;
+            (target, load)
+        }
+        None => (
+            target(func, &t.profile)?,
+            load(&t.mode, &t.capture, companion)?,
+        ),
+    };
     Ok(Trace {
         filter,
-        target: target(func, &t.profile)?,
-        load: load(&t.mode, &t.capture, companion)?,
+        target,
+        load,
         companion,
         max_reasons: t.profile.max_reasons as usize,
         stack_on: t.stack_on.clone(),

@@ -173,6 +173,12 @@ pub(crate) struct SourceLoc {
 /// Looks up source locations (a symbolizer with a debug vmlinux).
 pub(crate) trait SourceLookup {
     fn source(&mut self, addr: u64) -> Option<SourceLoc>;
+
+    /// The function that user return address `ret` of process `pid` lies
+    /// in (a uprobe's caller).
+    fn user_caller(&mut self, _pid: u32, _ret: u64) -> Option<String> {
+        None
+    }
 }
 
 /// A call site pattern that only debug info can match.
@@ -426,6 +432,17 @@ impl Mapper {
             }
         }
         let caller = caller_name(ksyms, ret);
+        match self.by_caller.get(caller) {
+            Some(&slot) => slot,
+            None => self.reasons.slot(caller),
+        }
+    }
+}
+
+impl Mapper {
+    /// The slot for calls from caller function `caller` (a user-space
+    /// caller, already symbolized): its route, else its own reason.
+    pub(crate) fn classify_name(&mut self, caller: &str) -> u32 {
         match self.by_caller.get(caller) {
             Some(&slot) => slot,
             None => self.reasons.slot(caller),

@@ -182,6 +182,35 @@ impl Symbols {
         }
     }
 
+    /// The function user address `addr` of process `pid` lies in. Where its
+    /// mappings, kept since the process was first seen, do not cover it
+    /// (a library mapped since), they are read again.
+    fn user_function(&mut self, pid: u32, addr: u64) -> Option<String> {
+        self.remember_process(pid);
+        let name = |sym: &Symbolizer| {
+            let src = Source::Process(Process::new(Pid::from(pid)));
+            let exited = Source::Process(Process {
+                map_files: false,
+                ..Process::new(Pid::from(pid))
+            });
+            let addrs = [addr];
+            let res = sym
+                .symbolize(&src, Input::AbsAddr(&addrs))
+                .or_else(|_| sym.symbolize(&exited, Input::AbsAddr(&addrs)))
+                .ok()?;
+            match res.into_iter().next()? {
+                Symbolized::Sym(s) => Some(s.name.to_string()),
+                Symbolized::Unknown(_) => None,
+            }
+        };
+        if let Some(n) = name(&self.sym) {
+            return Some(n);
+        }
+        let fresh = cache::Cache::Process(cache::Process::new(Pid::from(pid)));
+        self.sym.cache(&fresh).ok()?;
+        name(&self.sym)
+    }
+
     /// User addresses of process `pid` to frames, innermost first.
     pub(crate) fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
         let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a)));
@@ -236,6 +265,11 @@ fn kallsyms_frame(ksyms: &Kallsyms, ret: u64) -> Option<Vec<String>> {
 }
 
 impl SourceLookup for Symbols {
+    /// -1: the call instruction, not what follows it.
+    fn user_caller(&mut self, pid: u32, ret: u64) -> Option<String> {
+        self.user_function(pid, ret.checked_sub(1)?)
+    }
+
     /// The kernel address's place in the source: only a vmlinux with DWARF
     /// gives inlined functions and files (kallsyms says nothing more than
     /// the caller table already knows).

@@ -404,6 +404,26 @@ pub(crate) struct Pending {
 pub(crate) const EARLY_KEY_WORDS: usize = 1 + MAX_RULE_DEPTH as usize;
 const _: () = assert!(size_of::<types::td_early_key>() == EARLY_KEY_WORDS * 8);
 
+/// u64s in a td_ukey: the tgid (and padding), then the return address.
+pub(crate) const USER_KEY_WORDS: usize = 2;
+const _: () = assert!(size_of::<types::td_ukey>() == USER_KEY_WORDS * 8);
+
+/// The bytes of a td_ukey.
+pub(crate) fn user_key(tgid: u32, ret: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..4].copy_from_slice(&tgid.to_ne_bytes());
+    k[8..].copy_from_slice(&ret.to_ne_bytes());
+    k
+}
+
+/// (tgid, return address) of a td_ukey read as two u64s.
+pub(crate) fn user_key_of(words: &[u64]) -> Option<(u32, u64)> {
+    let [w0, ret] = <[u64; USER_KEY_WORDS]>::try_from(words).ok()?;
+    // the tgid is the first 4 bytes in memory
+    let tgid = u32::from_ne_bytes(w0.to_ne_bytes()[..4].try_into().ok()?);
+    Some((tgid, ret))
+}
+
 impl Pending {
     /// Empties the table, for values of `cpus` CPUs and keys of
     /// `key_words` u64s.

@@ -136,6 +136,9 @@ pub(crate) struct Maps {
     bss: MapHandle,
     /// The pid filter's map (None for a pinned instance, which has none).
     pids: Option<MapHandle>,
+    /// A uprobe's sites and pending sites, keyed by (tgid, return
+    /// address): None unless the object was loaded for a uprobe.
+    user: Option<(MapHandle, MapHandle)>,
     data_mem: Section<types::data>,
     bss_mem: Section<types::bss>,
     /// A pinned instance's shared state as this reader set it, under a
@@ -311,6 +314,12 @@ impl Maps {
             names: handle(&m.names, "names")?,
             meta: handle(&m.meta, "meta")?,
             pids: Some(handle(&m.pids, "pids")?),
+            // Sized to one entry where they cannot be used: no read per poll.
+            user: Some((
+                handle(&m.usites, "usites")?,
+                handle(&m.upending, "upending")?,
+            ))
+            .filter(|(s, _)| s.max_entries() > 1),
             data_mem: Section::map(&data, ".data")?,
             bss_mem: Section::map(&bss, ".bss")?,
             data,
@@ -338,6 +347,7 @@ impl Maps {
             names: open("names")?,
             meta: open("meta")?,
             pids: None,
+            user: None,
             data_mem: Section::map(&data, ".data")?,
             bss_mem: Section::map(&bss, ".bss")?,
             data,
@@ -479,6 +489,46 @@ impl Maps {
             };
         self.cache_site(ret, slot);
         Ok(slot)
+    }
+
+    /// Whether the object counts a uprobe's calls, by (tgid, return address).
+    pub(crate) fn has_user_sites(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// Reads a uprobe's pending table: keys of two u64s, the tgid (in the
+    /// first word's low half) and the return address.
+    pub(crate) fn read_upending(&self, out: &mut Pending) -> Result<()> {
+        let Some((_, upending)) = &self.user else {
+            out.clear(1, abi::USER_KEY_WORDS);
+            return Ok(());
+        };
+        read_batch(upending, abi::USER_KEY_WORDS, out).map_err(|e| match e {
+            BatchError::Layout(key, value) => Error::msg(format!(
+                "the upending map has {key}-byte keys and {value}-byte values, not 16 and 8"
+            )),
+            BatchError::Bpf(e) => Error::bpf("reading the user pending sites", e),
+        })
+    }
+
+    /// Records the slot of user site (tgid, ret), and returns the slot the
+    /// table holds; a full table leaves the site pending (not an error).
+    pub(crate) fn add_user_site(&self, tgid: u32, ret: u64, slot: u32) -> Result<u32> {
+        let Some((usites, _)) = &self.user else {
+            return Ok(slot);
+        };
+        let key = abi::user_key(tgid, ret);
+        match usites.update(&key, &slot.to_ne_bytes(), MapFlags::NO_EXIST) {
+            Ok(()) => Ok(slot),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => Ok(usites
+                .lookup(&key, MapFlags::ANY)
+                .ok()
+                .flatten()
+                .and_then(|v| Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?)))
+                .unwrap_or(slot)),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(slot),
+            Err(e) => Err(Error::bpf("updating the user site table", e)),
+        }
     }
 
     /// Puts a resolved site into the direct-mapped cache the BPF side reads

@@ -19,6 +19,8 @@ use crate::host::Features;
 pub(crate) enum Mode {
     Fentry,
     Kprobe,
+    /// A user-space function (-x): a uprobe at its entry.
+    Uprobe,
 }
 
 impl Mode {
@@ -26,6 +28,7 @@ impl Mode {
         match self {
             Mode::Fentry => "fentry",
             Mode::Kprobe => "kprobe",
+            Mode::Uprobe => "uprobe",
         }
     }
 }
@@ -119,6 +122,7 @@ fn open_for<'obj>(
     };
     let fentry = mode == Some(Mode::Fentry);
     let kprobe = mode == Some(Mode::Kprobe);
+    let uprobe = mode == Some(Mode::Uprobe);
     let Counting { any, loops } = Counting::of(config, host);
     let p = &mut open.progs;
     for (prog, kind, a, l) in [
@@ -144,6 +148,8 @@ fn open_for<'obj>(
     let bare = companion == Some(Companion::Bare);
     p.td_bare_fentry.set_autoload(bare && fentry);
     p.td_bare_kprobe.set_autoload(bare && kprobe);
+    p.td_uprobe.set_autoload(uprobe);
+    p.td_bare_uprobe.set_autoload(bare && uprobe);
     // Every program is attached by hand.
     for prog in [
         &mut p.td_fentry,
@@ -162,6 +168,8 @@ fn open_for<'obj>(
         &mut p.td_empty_fexit,
         &mut p.td_bare_fentry,
         &mut p.td_bare_kprobe,
+        &mut p.td_uprobe,
+        &mut p.td_bare_uprobe,
     ] {
         prog.set_autoattach(false);
     }
@@ -191,6 +199,10 @@ fn open_for<'obj>(
         for (map, what) in [
             (&mut open.maps.pending, "setting the pending table's flags"),
             (&mut open.maps.early, "setting the early table's flags"),
+            (
+                &mut open.maps.upending,
+                "setting the user pending table's flags",
+            ),
         ] {
             map.set_map_flags(map.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC)
                 .map_err(|e| Error::bpf(what, e))?;
@@ -202,6 +214,15 @@ fn open_for<'obj>(
             .early
             .set_max_entries(1)
             .map_err(|e| Error::bpf("sizing the early table", e))?;
+    }
+    // The user-site tables serve only a uprobe.
+    if !uprobe {
+        for (map, what) in [
+            (&mut open.maps.usites, "sizing the user site table"),
+            (&mut open.maps.upending, "sizing the user pending table"),
+        ] {
+            map.set_max_entries(1).map_err(|e| Error::bpf(what, e))?;
+        }
     }
     // A run that can never capture has the stack gate compiled out: its
     // ring buffer need not hold 4 MiB of kernel memory, nor take the time
@@ -295,6 +316,7 @@ pub(crate) fn counting<'a, 'obj>(
 ) -> &'a libbpf_rs::ProgramMut<'obj> {
     let p = &skel.progs;
     match (mode, which.any, which.loops) {
+        (Some(Mode::Uprobe), _, _) => &p.td_uprobe,
         (Some(Mode::Fentry), false, true) => &p.td_fentry,
         (Some(Mode::Fentry), true, true) => &p.td_fentry_any,
         (Some(Mode::Fentry), false, false) => &p.td_fentry_nl,
@@ -319,6 +341,8 @@ enum Owner<'obj> {
         which: Counting,
         link: Option<Link>,
         companion: Option<(Companion, Link)>,
+        /// More links of the counting program: a uprobe per --pid process.
+        more: Vec<Link>,
     },
     /// A pin in bpffs: it stays attached whatever this process does.
     /// `steering`: this process holds its lock and may have set its shared
@@ -353,6 +377,7 @@ impl<'obj> Probe<'obj> {
                 which,
                 link,
                 companion: None,
+                more: Vec::new(),
             },
             mode,
             func: func.to_string(),
@@ -426,10 +451,14 @@ impl<'obj> Probe<'obj> {
     pub(crate) fn detach(&mut self) -> Result<()> {
         match &mut self.owner {
             Owner::Loaded {
-                link, companion, ..
+                link,
+                companion,
+                more,
+                ..
             } => {
                 *link = None;
                 *companion = None;
+                more.clear();
                 Ok(())
             }
             Owner::Pinned { .. } => {
@@ -463,6 +492,7 @@ impl<'obj> Probe<'obj> {
             (Companion::Fexit, _) => &skel.progs.td_empty_fexit,
             (Companion::Bare, Mode::Fentry) => &skel.progs.td_bare_fentry,
             (Companion::Bare, Mode::Kprobe) => &skel.progs.td_bare_kprobe,
+            (Companion::Bare, Mode::Uprobe) => &skel.progs.td_bare_uprobe,
         })
     }
 
@@ -473,6 +503,11 @@ impl<'obj> Probe<'obj> {
             .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?;
         let link = match (kind, self.mode) {
             (Companion::Bare, Mode::Kprobe) => prog.attach_kprobe(false, &self.func),
+            (_, Mode::Uprobe) => {
+                return Err(Error::msg(
+                    "a uprobe's companion is attached with attach_uprobes",
+                ))
+            }
             _ => prog.attach_trace(),
         }
         .map_err(|e| Error::bpf("attaching the companion program", e))?;
@@ -548,6 +583,54 @@ impl<'obj> Probe<'obj> {
         };
         // The pin holds the link now: dropping ours must not detach it.
         link.disconnect();
+        Ok(())
+    }
+
+    /// Attaches the uprobe program (and the bare counter if it was loaded)
+    /// at `offset` in `path`: once for every process (pid -1), or once
+    /// per pid, so that other processes do not even trap.
+    pub(crate) fn attach_uprobes(
+        &mut self,
+        path: &std::path::Path,
+        offset: usize,
+        pids: &[i32],
+        bare: bool,
+    ) -> Result<()> {
+        let Owner::Loaded {
+            skel,
+            link,
+            companion,
+            more,
+            ..
+        } = &mut self.owner
+        else {
+            return Err(Error::msg("a pinned instance is attached already"));
+        };
+        let all = [-1];
+        let pids = if pids.is_empty() { &all[..] } else { pids };
+        for &pid in pids {
+            let l = skel
+                .progs
+                .td_uprobe
+                .attach_uprobe(false, pid, path, offset)
+                .map_err(|e| Error::bpf("attaching the uprobe", e))?;
+            if link.is_none() {
+                *link = Some(l);
+            } else {
+                more.push(l);
+            }
+            if bare {
+                let b = skel
+                    .progs
+                    .td_bare_uprobe
+                    .attach_uprobe(false, pid, path, offset)
+                    .map_err(|e| Error::bpf("attaching the bare uprobe counter", e))?;
+                match companion {
+                    None => *companion = Some((Companion::Bare, b)),
+                    Some(_) => more.push(b),
+                }
+            }
+        }
         Ok(())
     }
 

@@ -1373,3 +1373,5 @@ int BPF_KPROBE(td_bare_kprobe)
 	bare_count();
 	return 0;
 }
+
+#include "uprobe.bpf.h"

@@ -16,14 +16,14 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{Stats, ENTRY_WINDOW, NR_SLOTS, SLOT_NONE, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::maps::{mono_ns, Maps};
 use crate::bpf::pin::Meta;
-use crate::bpf::probe::{Probe, ProgStats};
+use crate::bpf::probe::{Mode, Probe, ProgStats};
 use crate::error::{Error, Result};
 use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
-use crate::reasons::Mapper;
+use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
 use crate::report::compare::{self, Baseline, RunInfo, Side};
 use crate::report::{self, FilterInfo, Pinned, Process, ReasonRow, Stack, Summary};
 use crate::symbolize::Symbols;
@@ -72,6 +72,8 @@ struct Stacks {
     capture: Option<Capture>,
     symbols: Symbols,
     func_addr: u64,
+    /// A uprobe's: stacks are user stacks only.
+    user_target: bool,
 }
 
 impl Stacks {
@@ -103,18 +105,41 @@ impl Stacks {
         }
     }
 
-    fn absorb(&mut self, ksyms: &Kallsyms, state: &mut State) {
+    fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
         let Some(c) = &self.capture else { return };
-        let samples = c.take();
+        let mut samples = c.take();
+        if self.user_target {
+            // A uprobe's calls from sites not resolved yet come untagged:
+            // kept if their caller is the reason being captured.
+            let target = state.target();
+            samples.retain_mut(|s| {
+                if s.reason == SLOT_NONE {
+                    let name = self.symbols.user_caller(s.pid, s.caller);
+                    s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
+                }
+                Some(s.reason) == target
+            });
+        }
         // Keep the mappings of new processes first: a short-lived one may
         // exit while the kernel frames are being symbolized.
         for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
             self.symbols.remember_process(s.pid);
         }
         for s in samples {
-            let frames = capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
-            let kernel = self.symbols.kernel(ksyms, &frames);
-            let user = self.symbols.user(s.pid, &s.ustack);
+            let (kernel, user) = if self.user_target {
+                // The kernel stack is the trap's. The user one, taken at
+                // FUNC's first instruction, is FUNC then (by frame
+                // pointers) the caller's caller: the caller is put back.
+                let frames: Vec<u64> = std::iter::once(s.caller)
+                    .chain(s.ustack.iter().skip(1).copied())
+                    .collect();
+                (Vec::new(), self.symbols.user(s.pid, &frames))
+            } else {
+                let frames =
+                    capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
+                let kernel = self.symbols.kernel(ksyms, &frames);
+                (kernel, self.symbols.user(s.pid, &s.ustack))
+            };
             let process = Process {
                 comm: s.comm,
                 pid: s.pid,
@@ -123,11 +148,11 @@ impl Stacks {
         }
     }
 
-    fn drain(&mut self, ksyms: &Kallsyms, state: &mut State) -> Result<()> {
+    fn drain(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) -> Result<()> {
         if let Some(c) = &self.capture {
             c.drain()?;
         }
-        self.absorb(ksyms, state);
+        self.absorb(ksyms, mapper, state);
         Ok(())
     }
 }
@@ -204,6 +229,7 @@ pub(crate) fn run(
         capture,
         symbols,
         func_addr,
+        user_target: probe.mode() == Mode::Uprobe,
     };
     let start = Instant::now();
     let start_unix = unix_now();
@@ -256,7 +282,7 @@ pub(crate) fn run(
                 let waited = stacks.wait((deadline - now).min(TICK));
                 probe.maps().own(own);
                 waited?;
-                stacks.absorb(ksyms, &mut state);
+                stacks.absorb(ksyms, mapper, &mut state);
                 continue;
             }
             let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
@@ -331,7 +357,7 @@ pub(crate) fn run(
     let failed = looped.err();
     let (totals, stats) = match (|| {
         probe.detach()?;
-        stacks.drain(ksyms, &mut state)?;
+        stacks.drain(ksyms, mapper, &mut state)?;
         let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
         Ok((totals, poller.stats(probe.maps())?.since(&base_stats)))
     })() {

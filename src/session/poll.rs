@@ -9,6 +9,7 @@ use crate::bpf::abi::{self, Pending, PerCpu, Stat, Stats, EARLY_KEY_WORDS, NR_SL
 use crate::bpf::maps::Maps;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
+use crate::reasons::UNKNOWN_NAME;
 use crate::reasons::{Mapper, SourceLookup};
 
 #[derive(Debug, Default)]
@@ -27,6 +28,10 @@ pub(crate) struct Poller {
     early_unwind_failed: u64,
     /// The counter array last read, summed over the CPUs.
     summed: Vec<u64>,
+    /// A uprobe's pending sites, and the slot of every (tgid, return
+    /// address) seen there.
+    upending: Pending,
+    usites: HashMap<(u32, u64), u32>,
 }
 
 impl Poller {
@@ -58,6 +63,16 @@ impl Poller {
             }
         })?;
         self.early_unwind_failed = mapper.deep.unwind_failures(&self.early);
+        if maps.has_user_sites() {
+            maps.read_upending(&mut self.upending)?;
+            let entries = self
+                .upending
+                .entries()
+                .filter_map(|(k, n)| Some((abi::user_key_of(k)?, n)));
+            add_by_slot(&mut totals, &mut self.usites, entries, |(tgid, ret)| {
+                resolve_user(maps, mapper, src.as_deref_mut(), tgid, ret)
+            })?;
+        }
         Ok(totals)
     }
 
@@ -174,6 +189,22 @@ fn resolve(
     // A full site table leaves the site pending: its calls are still
     // counted, here, under the right reason.
     maps.add_site(ret, s)
+}
+
+/// The slot of a new user call site (tgid, ret): its caller function,
+/// symbolized in its process, routed as the profile says; [unknown] where
+/// the process is gone and its mappings were never read.
+fn resolve_user(
+    maps: &Maps,
+    mapper: &mut Mapper,
+    src: Option<&mut (dyn SourceLookup + '_)>,
+    tgid: u32,
+    ret: u64,
+) -> Result<u32> {
+    let caller = src.and_then(|s| s.user_caller(tgid, ret));
+    let s = mapper.classify_name(caller.as_deref().unwrap_or(UNKNOWN_NAME));
+    let s = mapper.claim(maps, s)?;
+    maps.add_user_site(tgid, ret, s)
 }
 
 /// The poller against the real counting path (BPF_PROG_TEST_RUN; root).

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * User-space functions (topdown -x PATH FUNC): a uprobe at FUNC's entry.
+ * Included at the end of topdown.bpf.c; it shares the counters, filters,
+ * stack gate and ring buffer with the kernel-function programs.
+ *
+ * A user return address means something only in its process (ASLR, PIE,
+ * shared libraries), so sites are keyed by (tgid, return address): user
+ * space symbolizes each new one in its process and puts its slot in
+ * usites; until then its calls are counted per key in upending (and added
+ * under the slot by user space), so no call is lost or misfiled.
+ */
+#ifndef TOPDOWN_UPROBE_H
+#define TOPDOWN_UPROBE_H
+
+struct td_ukey {
+	__u32 tgid;
+	__u32 pad;
+	__u64 ret;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, struct td_ukey);
+	__type(value, __u32);	/* reason slot */
+} usites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, struct td_ukey);
+	__type(value, __u64);
+} upending SEC(".maps");
+
+struct td_ukey _td_ukey = {};
+
+/*
+ * At FUNC's first instruction the caller's return address is the word at
+ * the user stack pointer (x86: pushed by the call), or in LR (arm64: set
+ * by bl); 0 if unreadable.
+ */
+static __always_inline __u64 uprobe_caller(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 ret = 0;
+
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(ctx)))
+		return 0;
+	return ret;
+#else
+	return PT_REGS_RET(ctx);
+#endif
+}
+
+/*
+ * One program for every setting: the trap costs microseconds, so the
+ * filters' and the switches' loads are not worth a program each.
+ */
+SEC("uprobe")
+int BPF_KPROBE(td_uprobe)
+{
+	struct td_ukey k = {};
+	struct td_counts *c;
+	__u32 *slot, r, want;
+
+	if (!wanted(TD_PATH_ANY))
+		return 0;
+	if (is_own_call()) {
+		/* Symbolizing calls FUNC too where it is, say, malloc. */
+		stat_inc(TD_STAT_OWN_CALLS);
+		return 0;
+	}
+	c = bpf_map_lookup_elem(&counts, &zero);
+	if (!c)
+		return 0;
+	k.tgid = bpf_get_current_pid_tgid() >> 32;
+	k.ret = uprobe_caller(ctx);
+	if (!k.ret)
+		r = TD_SLOT_NOT_FOUND;
+	else if ((slot = bpf_map_lookup_elem(&usites, &k)))
+		r = *slot & (TD_NR_SLOTS - 1);
+	else if (count_in(&upending, &k))
+		r = TD_SLOT_NONE;
+	else
+		r = TD_SLOT_SITES_FULL;
+	if (r != TD_SLOT_NONE)
+		c->n[r & (TD_NR_SLOTS - 1)]++;
+	if (!cfg.stacks)
+		return 0;
+	want = *(volatile __u32 *)&ctl.reason;
+	if (want == TD_SLOT_NONE)
+		return 0;
+	if (r == want)
+		sample(ctx, c, k.ret, want);
+	else if (r == TD_SLOT_NONE)
+		/*
+		 * A site not resolved yet (a burst of calls can be over before
+		 * user space sees it): sent untagged, and kept by user space
+		 * if the caller it symbolizes is the stack reason's.
+		 */
+		sample(ctx, c, k.ret, TD_SLOT_NONE);
+	return 0;
+}
+
+/* The cost baseline: a bare per-CPU counter on the same uprobe. */
+SEC("uprobe")
+int BPF_KPROBE(td_bare_uprobe)
+{
+	bare_count();
+	return 0;
+}
+
+#endif

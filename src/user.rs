@@ -1,0 +1,250 @@
+//! User-space targets (`-x PATH FUNC`): the ELF file a name stands for, and
+//! FUNC's file offset in it, for the uprobe. Checked when the plan is
+//! made, so that bad input is one line and exit status 2 before anything
+//! is loaded.
+
+use std::path::{Path, PathBuf};
+
+use blazesym::inspect::source::{Elf, Source};
+use blazesym::inspect::Inspector;
+use blazesym::SymType;
+
+use crate::error::{Error, Result};
+
+/// A function in an ELF file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UserTarget {
+    /// The file, as found (absolute, symbolic links resolved).
+    pub(crate) path: PathBuf,
+    pub(crate) func: String,
+    /// FUNC's entry as a file offset: what a uprobe is attached at.
+    pub(crate) offset: u64,
+}
+
+impl UserTarget {
+    /// Finds `func` in the file `name` stands for (see `locate`).
+    pub(crate) fn find(name: &str, func: &str) -> Result<UserTarget> {
+        let path = locate(name)?;
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::usage(format!("-x {}: cannot read it: {e}", path.display())))?;
+        let Some(sections) = section_names(&bytes) else {
+            return Err(Error::usage(format!(
+                "-x {}: not an ELF file (give a program or a shared library)",
+                path.display()
+            )));
+        };
+        let mut src = Elf::new(&path);
+        // The symbol tables only: DWARF would only slow the lookup.
+        src.debug_syms = false;
+        let inspector = Inspector::new();
+        let found = inspector.lookup(&Source::Elf(src), &[func]).map_err(|e| {
+            Error::usage(format!(
+                "-x {}: cannot read its symbols: {e}",
+                path.display()
+            ))
+        })?;
+        let offset = found
+            .into_iter()
+            .flatten()
+            .filter(|s| s.sym_type == SymType::Function || s.sym_type == SymType::Undefined)
+            .find_map(|s| s.file_offset.filter(|&o| o != 0));
+        match offset {
+            Some(offset) => Ok(UserTarget {
+                path,
+                func: func.to_string(),
+                offset,
+            }),
+            None => Err(Error::usage(format!(
+                "{func} is not a function defined in {}: searched {}",
+                path.display(),
+                searched(&sections)
+            ))),
+        }
+    }
+
+    /// How the target is named in messages.
+    pub(crate) fn describe(&self) -> String {
+        format!("{} in {}", self.func, self.path.display())
+    }
+}
+
+/// The symbol tables a lookup reads, and which of them the file has.
+fn searched(sections: &[String]) -> String {
+    [".symtab", ".dynsym", ".gnu_debugdata"]
+        .iter()
+        .map(|&s| match sections.iter().any(|n| n == s) {
+            true => s.to_string(),
+            false => format!("{s} (absent)"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The library directories searched for a name without a slash, as the
+/// dynamic linker's defaults on Debian-like and other systems have them.
+fn library_dirs() -> Vec<PathBuf> {
+    let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
+    [
+        format!("/lib/{triplet}"),
+        format!("/usr/lib/{triplet}"),
+        "/lib64".into(),
+        "/usr/lib64".into(),
+        "/lib".into(),
+        "/usr/lib".into(),
+        "/usr/local/lib".into(),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .collect()
+}
+
+/// The file `name` stands for: a path if it has a slash; else, as bcc's
+/// tools take it, a library (`c` or `libc`: the first `libc.so.N`, or
+/// `libc.so`, that is an ELF file in the library directories), else a
+/// program in $PATH.
+pub(crate) fn locate(name: &str) -> Result<PathBuf> {
+    if name.contains('/') {
+        return std::fs::canonicalize(name)
+            .map_err(|e| Error::usage(format!("-x {name}: cannot read it: {e}")));
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    let programs: Vec<PathBuf> = std::env::split_paths(&path_var).collect();
+    find_named(name, &library_dirs(), &programs).ok_or_else(|| {
+        Error::usage(format!(
+            "-x {name}: no library lib{}.so* in {} and no program {name} in $PATH; give a path",
+            name.strip_prefix("lib").unwrap_or(name),
+            library_dirs()
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
+}
+
+/// `locate` for a name without a slash, in these directories.
+fn find_named(name: &str, libs: &[PathBuf], programs: &[PathBuf]) -> Option<PathBuf> {
+    let stem = format!("lib{}.so", name.strip_prefix("lib").unwrap_or(name));
+    for dir in libs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f == stem || f.starts_with(&format!("{stem}.")))
+            })
+            .filter(|p| is_elf(p))
+            .collect();
+        // libc.so.6 before libc.so.6.1: the shortest name is the soname.
+        found.sort_by_key(|p| (p.as_os_str().len(), p.clone()));
+        if let Some(p) = found.into_iter().next() {
+            return std::fs::canonicalize(&p).ok();
+        }
+    }
+    programs
+        .iter()
+        .map(|d| d.join(name))
+        .find(|p| is_elf(p))
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF")
+}
+
+/// The section names of a 64-bit little-endian ELF file (x86-64 and arm64,
+/// what topdown runs on); None if it is no such file.
+fn section_names(b: &[u8]) -> Option<Vec<String>> {
+    if b.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let shoff = usize::try_from(u64_at(0x28)?).ok()?;
+    let (shentsize, shnum, shstrndx) = (
+        usize::from(u16_at(0x3a)?),
+        usize::from(u16_at(0x3c)?),
+        usize::from(u16_at(0x3e)?),
+    );
+    let header = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
+    let strtab = usize::try_from(u64_at(header(shstrndx)? + 0x18)?).ok()?;
+    let mut names = Vec::new();
+    for i in 0..shnum {
+        let name = strtab.checked_add(u32_at(header(i)?)? as usize)?;
+        let tail = b.get(name..)?;
+        let end = tail.iter().position(|&c| c == 0)?;
+        names.push(String::from_utf8_lossy(&tail[..end]).into_owned());
+    }
+    Some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn section_names_are_read_and_non_elf_refused() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let names = section_names(&me).unwrap();
+        assert!(names.iter().any(|n| n == ".text"), "{names:?}");
+        assert!(section_names(b"#!/bin/sh\n").is_none());
+        assert!(section_names(b"\x7fELF\x02\x01").is_none(), "truncated");
+        let s = searched(&[".dynsym".to_string()]);
+        assert_eq!(s, ".symtab (absent), .dynsym, .gnu_debugdata (absent)");
+    }
+
+    #[test]
+    fn library_names_find_the_soname_and_programs_come_last() {
+        let dir = std::env::temp_dir().join(format!("topdown-user-{}", std::process::id()));
+        let (lib, bin) = (dir.join("lib"), dir.join("bin"));
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let elf = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        // A linker script named libc.so is no ELF file: skipped.
+        std::fs::write(lib.join("libc.so"), "GROUP ( libc.so.6 )").unwrap();
+        std::fs::write(lib.join("libc.so.6"), &elf).unwrap();
+        std::fs::write(lib.join("libcrypt.so.1"), &elf).unwrap();
+        std::fs::write(bin.join("tool"), &elf).unwrap();
+        let libs = [lib.clone()];
+        let progs = [bin.clone()];
+        let found =
+            |n: &str| find_named(n, &libs, &progs).map(|p| p.file_name().unwrap().to_owned());
+        assert_eq!(found("c").unwrap(), "libc.so.6");
+        assert_eq!(found("libc").unwrap(), "libc.so.6");
+        assert_eq!(found("crypt").unwrap(), "libcrypt.so.1");
+        assert_eq!(found("tool").unwrap(), "tool");
+        assert_eq!(found("nothing"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn functions_are_found_with_their_file_offset_or_refused() {
+        // This test binary's own symbols: a function, and one that is not.
+        let me = std::env::current_exe().unwrap();
+        let me = me.to_str().unwrap();
+        let t = UserTarget::find(me, "main").unwrap();
+        assert!(t.offset > 0);
+        let e = UserTarget::find(me, "no_such_function_here").unwrap_err();
+        assert!(e.is_usage());
+        assert!(
+            e.to_string()
+                .contains("no_such_function_here is not a function defined in")
+                && e.to_string().contains("searched .symtab"),
+            "{e}"
+        );
+        let e = UserTarget::find("/nonexistent/file", "f").unwrap_err();
+        assert!(
+            e.is_usage() && e.to_string().contains("cannot read it"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,67 @@
+# topdown -x: a uprobe on a program's own function (tests/workloads/ucallers.c,
+# static here; tests/uprobe.rs covers a PIE program and a shared library on the
+# host), counted exactly by caller with and without -p; stacks captured and
+# symbolized; bad input refused.
+. "$TD_LIB"
+need_cmd topdown ucallers
+[ -d /sys/bus/event_source/devices/uprobe ] || skip "no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+
+# start_workload NAME N1 N2 N3: ucallers waiting on fifo NAME (opened on fd 3..);
+# sets W_PID.
+start_workload() {
+	mkfifo "$TD_TMP/$1"
+	ucallers "$2" "$3" "$4" 1000 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
+	W_PID=$!
+}
+
+# go NAME: lets the workload of fifo NAME run.
+go() {
+	echo go >"$TD_TMP/$1"
+}
+
+# Two processes, counted together, then only one with -p (the other's calls
+# are left out).
+start_workload a 100 200 300
+A=$W_PID
+start_workload b 7 8 9
+td_start -x /bin/ucallers td_work -q --no-auto
+go a
+go b
+wait $A
+wait $W_PID
+td_stop
+expect_eq "caller_one, both" "$(reason_count caller_one)" 107
+expect_eq "caller_two, both" "$(reason_count caller_two)" 208
+expect_eq "caller_three, both" "$(reason_count caller_three)" 309
+expect_eq "total, both" "$(summary_num total)" 624
+expect_eq mode "$(summary_str mode)" uprobe
+
+rm -f "$TD_TMP/a" "$TD_TMP/b"
+start_workload a 100 200 300
+A=$W_PID
+start_workload b 7 8 9
+td_start -x /bin/ucallers td_work -q -p "$A" --stack-on caller_two --max-rate 100000 \
+	--folded "$TD_TMP/f"
+go a
+go b
+wait $A
+wait $W_PID
+td_stop
+expect_eq "caller_one, -p" "$(reason_count caller_one)" 100
+expect_eq "caller_two, -p" "$(reason_count caller_two)" 200
+expect_eq "caller_three, -p" "$(reason_count caller_three)" 300
+expect_eq "total, -p" "$(summary_num total)" 600
+expect_eq "stacks of caller_two" "$(summary_num stacks_captured)" 200
+cat "$TD_TMP/f"
+grep -q '^caller_two;.*main+0x0;caller_two+0x0;--;td_work 200$' "$TD_TMP/f" ||
+	fail "no folded stack main;caller_two with 200 calls"
+
+# Bad input: exit status 2, one line.
+for args in "-x /nonexistent f" "-x /bin/ucallers no_such_fn" "-x /proc/version f" "ucallers:td_work"; do
+	topdown $args >"$TD_TMP/out" 2>"$TD_TMP/err"
+	rc=$?
+	echo "+ topdown $args: $(cat "$TD_TMP/err")"
+	expect_eq "exit status of topdown $args" $rc 2
+	expect_eq "stderr lines of topdown $args" "$(wc -l <"$TD_TMP/err")" 1
+done
+expect_eq "programs left" "$(td_progs)" 0

@@ -1,0 +1,279 @@
+//! `topdown -x`: real uprobes on the machine's own kernel, on the workload
+//! tests/workloads/ucallers.c built here as a PIE program and a shared
+//! library. Needs root, uprobes and a C compiler: each test says SKIP with
+//! the reason otherwise.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const TOPDOWN: &str = env!("CARGO_BIN_EXE_topdown");
+
+/// Why the tests cannot run here, if they cannot.
+fn missing() -> Option<String> {
+    // SAFETY: a plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        return Some("the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)".into());
+    }
+    if Command::new("cc").arg("--version").output().is_err() {
+        return Some("no C compiler (cc)".into());
+    }
+    None
+}
+
+macro_rules! need_uprobes {
+    () => {
+        if let Some(why) = missing() {
+            eprintln!("SKIP: {why}");
+            return;
+        }
+    };
+}
+
+/// The workload, built once per test in a directory of its own: the PIE
+/// program `ucallers` linked with `libucallers.so`.
+struct Built {
+    dir: PathBuf,
+}
+
+impl Built {
+    fn new(name: &str) -> Built {
+        let dir =
+            std::env::temp_dir().join(format!("topdown-uprobe-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/workloads/ucallers.c");
+        let cc = |args: &[&str]| {
+            let st = Command::new("cc")
+                .args(["-O2", "-fno-omit-frame-pointer", "-Wall"])
+                .args(args)
+                .current_dir(&dir)
+                .status()
+                .unwrap();
+            assert!(st.success(), "cc {args:?}");
+        };
+        cc(&[
+            "-DUCALLERS_LIB",
+            "-shared",
+            "-fPIC",
+            "-o",
+            "libucallers.so",
+            src,
+        ]);
+        cc(&[
+            "-fPIE",
+            "-pie",
+            "-DUCALLERS_WITH_LIB",
+            "-o",
+            "ucallers",
+            src,
+            "-L.",
+            "-lucallers",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
+        Built { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// A workload process, waiting for "go": its pid.
+    fn start(&self, n: [u32; 3]) -> (Child, u32) {
+        let mut child = Command::new(self.dir.join("ucallers"))
+            .args(n.map(|v| v.to_string()))
+            .arg("800")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let pid = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+        (child, pid)
+    }
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs topdown ARGS --json -q; once it counts, lets the workloads run and
+/// waits for them; returns the JSON summary.
+fn run(args: &[&str], workloads: Vec<Child>) -> serde_json::Value {
+    let mut td = Command::new(TOPDOWN)
+        .args(args)
+        .args(["-d", "3", "--json", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = td.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if line.contains("Ctrl-C to end") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("topdown attached");
+    for mut w in workloads {
+        w.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        assert!(w.wait().unwrap().success());
+    }
+    let out = td.wait_with_output().unwrap();
+    assert!(out.status.success(), "topdown {args:?}: {:?}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+}
+
+/// The summary's count per reason, and its total.
+fn counts(sum: &serde_json::Value) -> (Vec<(String, u64)>, u64) {
+    let mut v: Vec<(String, u64)> = sum["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["reason"].as_str().unwrap().to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    (v, sum["total"].as_u64().unwrap())
+}
+
+fn want(n: [u64; 3]) -> Vec<(String, u64)> {
+    let mut v = vec![
+        ("caller_one".to_string(), n[0]),
+        ("caller_two".to_string(), n[1]),
+        ("caller_three".to_string(), n[2]),
+    ];
+    v.sort();
+    v
+}
+
+#[test]
+fn a_shared_library_function_is_counted_exactly_by_caller_in_every_process() {
+    need_uprobes!();
+    let b = Built::new("lib");
+    let (a, _) = b.start([100, 200, 300]);
+    let (c, _) = b.start([1, 2, 3]);
+    let sum = run(
+        &["-x", &b.path("libucallers.so"), "td_lib_work"],
+        vec![a, c],
+    );
+    assert_eq!(counts(&sum), (want([101, 202, 303]), 606));
+    assert_eq!(sum["mode"], "uprobe");
+}
+
+#[test]
+fn a_pie_programs_function_is_counted_for_one_process_and_its_stacks_captured() {
+    need_uprobes!();
+    let b = Built::new("pie");
+    let (a, pid) = b.start([100, 200, 300]);
+    let (other, _) = b.start([7, 8, 9]);
+    let folded = b.path("stacks.folded");
+    let pid = pid.to_string();
+    let args = [
+        "-x",
+        &b.path("ucallers"),
+        "td_work",
+        "-p",
+        &pid,
+        "--stack-on",
+        "caller_two",
+        "--max-rate",
+        "100000",
+        "--folded",
+        &folded,
+    ];
+    let sum = run(&args, vec![a, other]);
+    assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
+    // Every call of caller_two's gave a stack, caller first, under main.
+    assert_eq!(sum["stacks_captured"], 200);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let line = text.lines().next().unwrap();
+    assert!(
+        line.contains("main+") && line.contains(";caller_two+"),
+        "{text}"
+    );
+    assert!(line.ends_with(" 200"), "{text}");
+}
+
+#[test]
+fn a_stripped_library_is_searched_through_its_dynamic_symbols() {
+    need_uprobes!();
+    let b = Built::new("strip");
+    let st = Command::new("strip")
+        .args(["--strip-all", &b.path("libucallers.so")])
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: no strip");
+        return;
+    }
+    let (a, pid) = b.start([5, 6, 7]);
+    let pid = pid.to_string();
+    let sum = run(
+        &["-x", &b.path("libucallers.so"), "td_lib_work", "-p", &pid],
+        vec![a],
+    );
+    assert_eq!(counts(&sum), (want([5, 6, 7]), 18));
+}
+
+/// topdown ARGS: exit status 2 and one line on stderr containing `text`.
+fn refused(args: &[&str], text: &str) {
+    let out = Command::new(TOPDOWN).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "topdown {args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(text), "topdown {args:?}: {err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_user_targets_are_one_line_and_exit_status_2() {
+    if Command::new("cc").arg("--version").output().is_err()
+        || Command::new("strip").arg("--version").output().is_err()
+    {
+        eprintln!("SKIP: no C compiler (cc) or strip");
+        return;
+    }
+    let b = Built::new("bad");
+    refused(&["-x", "/nonexistent/libx.so", "f"], "cannot read it");
+    let text = b.path("not-elf");
+    std::fs::write(&text, "#!/bin/sh\n").unwrap();
+    refused(&["-x", &text, "f"], "not an ELF file");
+    refused(
+        &["-x", &b.path("libucallers.so"), "no_such_fn"],
+        "no_such_fn is not a function defined in",
+    );
+    // td_work is the program's own, not exported: gone with .symtab.
+    let st = Command::new("strip")
+        .args(["--strip-all", &b.path("ucallers")])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    refused(
+        &["-x", &b.path("ucallers"), "td_work"],
+        "searched .symtab (absent), .dynsym, .gnu_debugdata (absent)",
+    );
+    refused(&["c:malloc"], "-x c malloc");
+    refused(&["pin", "-x", "c", "malloc"], "cannot be pinned");
+    refused(
+        &["-x", "c", "malloc", "--kprobe"],
+        "-x takes no --fentry and --kprobe",
+    );
+}
