@@ -277,3 +277,36 @@ fn bad_user_targets_are_one_line_and_exit_status_2() {
         "-x takes no --fentry and --kprobe",
     );
 }
+
+#[test]
+fn a_stripped_programs_minidebuginfo_names_its_functions() {
+    need_uprobes!();
+    let b = Built::new("mdi");
+    // As distributions make MiniDebugInfo: the symbol table, xz-compressed,
+    // in .gnu_debugdata of the stripped program.
+    let steps: [&[&str]; 4] = [
+        &["objcopy", "--only-keep-debug", "ucallers", "mini"],
+        &["xz", "mini"],
+        &["strip", "--strip-all", "ucallers"],
+        &[
+            "objcopy",
+            "--add-section",
+            ".gnu_debugdata=mini.xz",
+            "ucallers",
+        ],
+    ];
+    for step in steps {
+        let st = Command::new(step[0])
+            .args(&step[1..])
+            .current_dir(&b.dir)
+            .status();
+        if !st.is_ok_and(|s| s.success()) {
+            eprintln!("SKIP: {step:?} failed (binutils and xz-utils needed)");
+            return;
+        }
+    }
+    let (a, pid) = b.start([3, 4, 5]);
+    let pid = pid.to_string();
+    let sum = run(&["-x", &b.path("ucallers"), "td_work", "-p", &pid], vec![a]);
+    assert_eq!(counts(&sum), (want([3, 4, 5]), 12));
+}
