@@ -132,6 +132,28 @@ pub struct FilterArgs {
     pub cpus: Option<CpuList>,
 }
 
+/// When stack capture starts or moves by itself: a live run's and
+/// `serve --capture`'s.
+#[derive(Debug, Clone, Args)]
+pub struct TriggerArgs {
+    /// Share (percent) of the last second's calls at which a reason's stacks are captured.
+    #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
+    pub threshold: f64,
+
+    /// Calls per second a reason needs (since its first call in the last second) before --threshold applies.
+    #[arg(long, value_name = "RATE", default_value_t = 20.0, value_parser = rate)]
+    pub min_rate: f64,
+
+    /// Calls a reason needs in the last second before --threshold applies.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub min_events: u64,
+
+    /// Most stacks captured per second (spread evenly over the CPUs).
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rate: u64,
+}
+
 #[derive(Debug, Clone, Args)]
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
@@ -173,26 +195,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "REASON")]
     pub stack_on: Option<String>,
 
-    /// Share (percent) of the last second's calls at which a reason's stacks are captured.
-    #[arg(long, value_name = "PCT", default_value_t = 80.0, value_parser = percent)]
-    pub threshold: f64,
-
-    /// Calls per second a reason needs (since its first call in the last second) before --threshold applies.
-    #[arg(long, value_name = "RATE", default_value_t = 20.0, value_parser = rate)]
-    pub min_rate: f64,
-
-    /// Calls a reason needs in the last second before --threshold applies.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub min_events: u64,
+    #[command(flatten)]
+    pub trigger: TriggerArgs,
 
     /// Never switch stack capture on by itself.
     #[arg(long)]
     pub no_auto: bool,
-
-    /// Most stacks captured per second (spread evenly over the CPUs).
-    #[arg(long, value_name = "N", default_value_t = 1000,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_rate: u64,
 
     #[command(flatten)]
     pub capture: CaptureArgs,
@@ -349,6 +357,13 @@ pub struct ServeArgs {
     /// Address and port to listen on.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476")]
     pub listen: SocketAddr,
+
+    /// Run the trigger on every pinned function and capture the hot reason's stacks, served as pprof at /debug/pprof/topdown.
+    #[arg(long)]
+    pub capture: bool,
+
+    #[command(flatten)]
+    pub trigger: TriggerArgs,
 }
 
 /// The program --companion attaches beside the counting one.
@@ -443,7 +458,7 @@ mod tests {
         let t = c.trace;
         assert_eq!(t.func.as_deref(), Some("deferred_split_folio"));
         assert_eq!(t.interval, 1.0);
-        assert_eq!(t.threshold, 80.0);
+        assert_eq!(t.trigger.threshold, 80.0);
         assert_eq!(t.duration, None);
         assert!(!t.mode.fentry && !t.mode.kprobe);
         assert!(t.filter.pids.is_empty() && t.filter.cgroup.is_none() && t.filter.cpus.is_none());

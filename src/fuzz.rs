@@ -413,7 +413,7 @@ fn samples(text: &str) -> Option<Vec<Sample>> {
 #[test]
 fn fuzz_openmetrics_writer() {
     let check = |ps: Vec<Pinned>| {
-        let text = crate::report::openmetrics::encode(ps.clone(), vec!["f_unread".into()]);
+        let text = crate::report::openmetrics::encode(ps.clone(), vec!["f_unread".into()], None);
         let got = samples(&text).unwrap_or_else(|| panic!("not OpenMetrics text:\n{text}"));
         assert_eq!(text.lines().last(), Some("# EOF"));
         for p in &ps {

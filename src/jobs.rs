@@ -21,7 +21,7 @@ use crate::funcname::FuncName;
 use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::output::Stdout;
-use crate::plan::{Files, Job, Load, Pin, Plan, Show, Target, Trace};
+use crate::plan::{self, Files, Job, Load, Pin, Plan, Show, Target, Trace};
 use crate::profile::{self, Compiled};
 use crate::reasons::{self, Mapper, NameTable};
 use crate::report::compare::{self, Baseline, Comparison, Outcome, RunInfo, Side};
@@ -1037,10 +1037,11 @@ pub fn unpin(funcs: &[FuncName], synced: bool) -> Result<()> {
 }
 
 /// `topdown serve`: the pinned functions' counters on /metrics.
-pub fn serve(listen: SocketAddr) -> Result<()> {
+pub fn serve(listen: SocketAddr, capture: Option<plan::Capture>) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
-    serve::run(listen, &stop, || {
+    let captures = capture.map(|_| serve::Captures::default());
+    let scrape = || {
         // One function that cannot be read fails its own series, not the
         // scrape.
         let (mut read, mut unreadable) = (Vec::new(), Vec::new());
@@ -1053,6 +1054,133 @@ pub fn serve(listen: SocketAddr) -> Result<()> {
                 }
             }
         }
-        Ok(report::openmetrics::encode(read, unreadable))
+        let series = captures.as_ref().map(serve::Captures::series);
+        Ok(report::openmetrics::encode(read, unreadable, series))
+    };
+    let (Some(cap), Some(captures)) = (capture, captures.as_ref()) else {
+        return serve::run(listen, &stop, scrape, None);
+    };
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let served = serve::run(listen, &stop, scrape, Some(captures));
+            stop.store(true, Ordering::Relaxed);
+            served
+        });
+        let watched = watch_pinned(&stop, cap, captures);
+        stop.store(true, Ordering::Relaxed);
+        let served = server
+            .join()
+            .unwrap_or_else(|_| Err(Error::msg("the HTTP server failed")));
+        served.and(watched)
     })
+}
+
+/// serve --capture's loop: every pinned function is watched (the trigger
+/// run on its counters, the hot reason's stacks captured) unless another
+/// reader steers its capture, in which case it is watched once that one
+/// ends; an instance unpinned or re-pinned is let go within a second.
+fn watch_pinned(stop: &AtomicBool, cap: plan::Capture, captures: &serve::Captures) -> Result<()> {
+    let ksyms = host::load_kallsyms()?;
+    let mut watches: Vec<session::Watch> = Vec::new();
+    // Functions not watched, and what was said about each (said once).
+    let mut said: std::collections::HashMap<FuncName, String> = Default::default();
+    let mut next_scan = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let now = std::time::Instant::now();
+        if now >= next_scan {
+            next_scan = now + std::time::Duration::from_secs(1);
+            let pinned = pin::pinned().unwrap_or_default();
+            watches.retain(|w| {
+                let func = FuncName::parse(w.func()).ok();
+                let id = func.as_ref().and_then(pin::instance_id);
+                let kept = id == Some(w.instance());
+                if !kept {
+                    let what = if id.is_some() {
+                        "re-pinned"
+                    } else {
+                        "unpinned"
+                    };
+                    eprintln!("topdown: {}: {what}: its stack capture stops", w.func());
+                    captures.switched(w.func(), None);
+                }
+                kept
+            });
+            said.retain(|f, _| pinned.contains(f));
+            for func in &pinned {
+                if watches.iter().any(|w| w.func() == func.as_str()) {
+                    continue;
+                }
+                let why = match start_watch(func, cap, &ksyms) {
+                    Ok(Ok(w)) => {
+                        eprintln!(
+                            "topdown: {func}: watching for a reason to take over (threshold {}%)",
+                            cap.trigger.threshold
+                        );
+                        said.remove(func);
+                        captures.switched(func, None);
+                        watches.push(w);
+                        continue;
+                    }
+                    Ok(Err(pid)) => format!(
+                        "{func}: its stack capture is steered by topdown (pid {pid}): \
+                         watched once that one ends"
+                    ),
+                    Err(e) => format!("{func}: cannot watch it: {e}"),
+                };
+                if said.get(func) != Some(&why) {
+                    eprintln!("topdown: {why}");
+                    said.insert(func.clone(), why);
+                }
+            }
+        }
+        let mut failed = Vec::new();
+        for (i, w) in watches.iter_mut().enumerate() {
+            match w.step(&ksyms) {
+                Ok((got, line)) => {
+                    if let Some(line) = line {
+                        eprintln!("topdown: {line}");
+                        captures.switched(w.func(), w.target());
+                    }
+                    captures.add(w.func(), got);
+                }
+                Err(e) => {
+                    eprintln!("topdown: {}: stack capture stops: {e}", w.func());
+                    captures.switched(w.func(), None);
+                    failed.push(i);
+                }
+            }
+        }
+        for i in failed.into_iter().rev() {
+            watches.remove(i);
+        }
+        let due = watches
+            .iter()
+            .map(session::Watch::due)
+            .fold(next_scan, std::cmp::Ord::min);
+        std::thread::sleep(
+            due.saturating_duration_since(std::time::Instant::now())
+                .min(std::time::Duration::from_millis(50)),
+        );
+    }
+    Ok(())
+}
+
+/// A watch of `func`'s pinned instance, or the pid of the reader that
+/// steers its capture.
+fn start_watch(
+    func: &FuncName,
+    cap: plan::Capture,
+    ksyms: &Kallsyms,
+) -> Result<std::result::Result<session::Watch, String>> {
+    let lock = match pin::Lock::try_take_for_serve(func)? {
+        Ok(lock) => lock,
+        Err(holder) => return Ok(Err(holder)),
+    };
+    let id = pin::instance_id(func).ok_or_else(|| Error::msg("it is not pinned any more"))?;
+    let inst = pin::open(func)?;
+    if pin::instance_id(func) != Some(id) {
+        return Err(Error::msg("it was re-pinned meanwhile"));
+    }
+    let mapper = pinned_mapper(&inst)?;
+    session::Watch::new(inst, id, lock, mapper, cap.trigger, cap.max_rate, ksyms).map(Ok)
 }

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
             Job::Show(show) => jobs::show(&show),
             Job::Sync { dir } => jobs::sync(&dir).map(done),
             Job::Unpin { funcs, synced } => jobs::unpin(&funcs, synced).map(done),
-            Job::Serve { listen } => jobs::serve(listen).map(done),
+            Job::Serve { listen, capture } => jobs::serve(listen, capture).map(done),
         }
     });
     match result {

@@ -10,6 +10,7 @@ use crate::bpf::attach::Request;
 use crate::bpf::probe::{Companion, Mode};
 use crate::cli::{
     CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
+    TriggerArgs,
 };
 use crate::error::{Error, Result};
 use crate::filter::Filter;
@@ -45,8 +46,12 @@ pub enum Job {
     /// Remove pinned functions (all if none is named; with `synced`, those
     /// `pin --sync` pinned).
     Unpin { funcs: Vec<FuncName>, synced: bool },
-    /// Serve the pinned functions' counters.
-    Serve { listen: SocketAddr },
+    /// Serve the pinned functions' counters (and with `capture`, steer
+    /// their stack capture and serve the stacks).
+    Serve {
+        listen: SocketAddr,
+        capture: Option<Capture>,
+    },
 }
 
 /// What is fixed when the counting program is loaded.
@@ -170,7 +175,16 @@ impl Plan {
                 },
                 false,
             ),
-            Some(Command::Serve(s)) => (Job::Serve { listen: s.listen }, false),
+            Some(Command::Serve(s)) => (
+                Job::Serve {
+                    listen: s.listen,
+                    capture: s.capture.then(|| Capture {
+                        trigger: trigger_config(&s.trigger),
+                        max_rate: s.trigger.max_rate,
+                    }),
+                },
+                false,
+            ),
         };
         Ok(Plan { job, verbose })
     }
@@ -383,6 +397,23 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
     .collect()
 }
 
+/// serve --capture's trigger and rate cap.
+#[derive(Debug, Clone, Copy)]
+pub struct Capture {
+    pub(crate) trigger: TriggerConfig,
+    pub(crate) max_rate: u64,
+}
+
+/// The trigger's flags (automatic: a live run's --no-auto aside).
+fn trigger_config(t: &TriggerArgs) -> TriggerConfig {
+    TriggerConfig {
+        threshold: t.threshold,
+        min_events: t.min_events,
+        min_rate: t.min_rate,
+        auto: true,
+    }
+}
+
 fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
     let companion = t.companion.map(|k| match k {
         CompanionKind::Fentry => Companion::Fentry,
@@ -390,7 +421,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
         CompanionKind::Bare => Companion::Bare,
     });
     let verify = VerifyConfig {
-        threshold: t.threshold,
+        threshold: t.trigger.threshold,
         drop: t.verify_drop,
     };
     // Files first: a bad one is refused before anything is loaded.
@@ -437,10 +468,8 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
         verify_caller: t.verify_caller,
         load_options: load_options(t),
         trigger: TriggerConfig {
-            threshold: t.threshold,
-            min_events: t.min_events,
-            min_rate: t.min_rate,
             auto: !t.no_auto,
+            ..trigger_config(&t.trigger)
         },
         session: session::Options {
             interval: Duration::from_secs_f64(t.interval),
@@ -450,7 +479,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             verify_caller: t.verify_caller,
             top: t.top,
             baseline,
-            max_rate: t.max_rate,
+            max_rate: t.trigger.max_rate,
             verbose: t.verbose,
         },
         files: Files {

@@ -1,24 +1,128 @@
-//! `topdown serve`: a small HTTP server for Prometheus. GET /metrics reads
-//! every pinned instance afresh and answers with OpenMetrics text; one
-//! request at a time, which is plenty for scrapers.
+//! `topdown serve`: a small HTTP server for Prometheus and continuous
+//! profilers. GET /metrics reads every pinned instance afresh and answers
+//! with OpenMetrics text, one request at a time, which is plenty for
+//! scrapers; with --capture, GET /debug/pprof/topdown?seconds=N waits N
+//! seconds (in a thread of its own) and answers with the stacks captured
+//! meanwhile, as a gzipped pprof profile.
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tiny_http::{Header, Method, Response, Server};
+use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::error::{Error, Result};
-use crate::report::openmetrics::CONTENT_TYPE;
+use crate::funcname::FuncName;
+use crate::report::openmetrics::{CaptureSeries, CONTENT_TYPE};
+use crate::report::pprof::{self, Key};
+use crate::session::Captured;
 
 /// How long a wait for a request lasts before the stop flag is checked.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Serves until `stop` is set; `scrape` renders /metrics.
+/// The pprof endpoint's window: Go's net/http/pprof default, and a bound.
+const PPROF_SECONDS: u64 = 30;
+const PPROF_MAX_SECONDS: u64 = 600;
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// What serve --capture has captured, shared by the loop that steers
+/// capture and the HTTP side: each function's reason captured now, the
+/// stacks captured per reason, and the stacks of the pprof windows open.
+#[derive(Default)]
+pub(crate) struct Captures {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Per function, the reason captured now (None: none yet, or the
+    /// function is not watched).
+    active: BTreeMap<String, Option<String>>,
+    /// Per (function, reason), the stacks captured since serve started.
+    stacks: BTreeMap<(String, String), u64>,
+    windows: Vec<(u64, HashMap<Key, u64>)>,
+    next_window: u64,
+}
+
+impl Captures {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere cannot leave the counts half-written.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `func`'s capture now targets `reason` (None: it is watched no more).
+    pub(crate) fn switched(&self, func: &str, reason: Option<String>) {
+        let mut g = self.lock();
+        if let Some(r) = &reason {
+            g.stacks.entry((func.to_string(), r.clone())).or_insert(0);
+        }
+        g.active.insert(func.to_string(), reason);
+    }
+
+    /// Stacks of `func` captured now.
+    pub(crate) fn add(&self, func: &str, got: Vec<Captured>) {
+        if got.is_empty() {
+            return;
+        }
+        let mut g = self.lock();
+        for c in got {
+            *g.stacks
+                .entry((func.to_string(), c.reason.clone()))
+                .or_insert(0) += 1;
+            let key = Key {
+                function: func.to_string(),
+                reason: c.reason,
+                stack: c.stack,
+                process: c.process,
+            };
+            for (_, w) in g.windows.iter_mut() {
+                *w.entry(key.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// The series of /metrics: every (function, reason) captured since
+    /// serve started, whether it is captured now, and its stacks.
+    pub(crate) fn series(&self) -> Vec<CaptureSeries> {
+        let g = self.lock();
+        g.stacks
+            .iter()
+            .map(|((f, r), &n)| CaptureSeries {
+                function: f.clone(),
+                reason: r.clone(),
+                active: g.active.get(f).is_some_and(|a| a.as_ref() == Some(r)),
+                stacks: n,
+            })
+            .collect()
+    }
+
+    fn open(&self) -> u64 {
+        let mut g = self.lock();
+        let id = g.next_window;
+        g.next_window += 1;
+        g.windows.push((id, HashMap::new()));
+        id
+    }
+
+    fn close(&self, id: u64) -> HashMap<Key, u64> {
+        let mut g = self.lock();
+        match g.windows.iter().position(|(w, _)| *w == id) {
+            Some(i) => g.windows.swap_remove(i).1,
+            None => HashMap::new(),
+        }
+    }
+}
+
+/// Serves until `stop` is set; `scrape` renders /metrics; `captures`, with
+/// --capture, feeds /debug/pprof/topdown.
 pub(crate) fn run(
     listen: SocketAddr,
     stop: &AtomicBool,
-    scrape: impl Fn() -> Result<String>,
+    scrape: impl Fn() -> Result<String> + Sync,
+    captures: Option<&Captures>,
 ) -> Result<()> {
     let server = Server::http(listen).map_err(|e| {
         Error::msg(format!(
@@ -26,24 +130,101 @@ pub(crate) fn run(
         ))
     })?;
     eprintln!("topdown: serving http://{listen}/metrics; Ctrl-C to end");
-    notify_ready();
-    while !stop.load(Ordering::Relaxed) {
-        let req = match server.recv_timeout(POLL) {
-            Ok(Some(req)) => req,
-            Ok(None) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::msg(format!("serving {listen}: {e}"))),
-        };
-        let (status, content_type, body) = answer(req.method(), req.url(), &scrape);
-        let header = Header::from_bytes("Content-Type", content_type).expect("a valid header");
-        // A client that went away is its own business.
-        let _ = req.respond(
-            Response::from_string(body)
-                .with_status_code(status)
-                .with_header(header),
-        );
+    if captures.is_some() {
+        eprintln!("topdown: serving captured stacks at http://{listen}/debug/pprof/topdown");
     }
-    Ok(())
+    notify_ready();
+    std::thread::scope(|s| {
+        while !stop.load(Ordering::Relaxed) {
+            let req = match server.recv_timeout(POLL) {
+                Ok(Some(req)) => req,
+                Ok(None) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::msg(format!("serving {listen}: {e}"))),
+            };
+            let path = req.url().split('?').next().unwrap_or("").to_string();
+            match (req.method(), path.as_str(), captures) {
+                (Method::Get, PPROF_PATH, Some(c)) => {
+                    // A profile takes seconds: /metrics is not kept waiting.
+                    let query = req.url().split_once('?').map_or("", |(_, q)| q).to_string();
+                    s.spawn(move || respond(req, profile(&query, c, stop)));
+                }
+                _ => {
+                    let reply = answer(req.method(), req.url(), &scrape, captures.is_some());
+                    respond(req, reply);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+const PPROF_PATH: &str = "/debug/pprof/topdown";
+
+fn respond(req: Request, (status, content_type, body): (u16, &'static str, Vec<u8>)) {
+    let header = Header::from_bytes("Content-Type", content_type).expect("a valid header");
+    // A client that went away is its own business.
+    let _ = req.respond(
+        Response::from_data(body)
+            .with_status_code(status)
+            .with_header(header),
+    );
+}
+
+/// The pprof window a query asks for: `seconds` (default 30) and
+/// `function`, or why not (a 400's text).
+fn pprof_query(query: &str) -> std::result::Result<(u64, Option<FuncName>), String> {
+    let (mut seconds, mut function) = (PPROF_SECONDS, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "seconds" => {
+                seconds = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=PPROF_MAX_SECONDS).contains(n))
+                    .ok_or_else(|| {
+                        format!("seconds={v}: give a whole number from 1 to {PPROF_MAX_SECONDS}")
+                    })?
+            }
+            "function" => {
+                function =
+                    Some(FuncName::parse(v).map_err(|why| {
+                        format!("function={v}: not a kernel function name: {why}")
+                    })?)
+            }
+            _ => {
+                return Err(format!(
+                    "unknown parameter '{k}': give seconds=N and function=FUNC"
+                ))
+            }
+        }
+    }
+    Ok((seconds, function))
+}
+
+/// Waits the window out and answers with its stacks, gzipped pprof.
+fn profile(query: &str, captures: &Captures, stop: &AtomicBool) -> (u16, &'static str, Vec<u8>) {
+    let (seconds, function) = match pprof_query(query) {
+        Ok(q) => q,
+        Err(e) => return (400, TEXT, format!("topdown: {e}\n").into_bytes()),
+    };
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let id = captures.open();
+    let began = Instant::now();
+    let end = began + Duration::from_secs(seconds);
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(POLL.min(end.saturating_duration_since(Instant::now())));
+    }
+    let taken = began.elapsed();
+    let mut got = captures.close(id);
+    if let Some(f) = &function {
+        got.retain(|k, _| k.function == f.as_str());
+    }
+    let body = pprof::encode(&got, start, taken.as_nanos() as i64);
+    (200, "application/octet-stream", body)
 }
 
 /// Tells systemd (a Type=notify unit) that serve listens: READY=1 on the
@@ -76,29 +257,39 @@ fn send_notify(path: &std::ffi::OsStr, msg: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Status, content type and body for a request.
+/// Status, content type and body for a request other than a profile.
 fn answer(
     method: &Method,
     url: &str,
     scrape: &impl Fn() -> Result<String>,
-) -> (u16, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
+    capture: bool,
+) -> (u16, &'static str, Vec<u8>) {
     let path = url.split('?').next().unwrap_or(url);
+    let text = |status: u16, t: String| (status, TEXT, t.into_bytes());
     match (method, path) {
         (Method::Get, "/metrics") => match scrape() {
-            Ok(text) => (200, CONTENT_TYPE, text),
+            Ok(body) => (200, CONTENT_TYPE, body.into_bytes()),
             Err(e) => {
                 eprintln!("topdown: scrape failed: {e}");
-                (500, TEXT, format!("topdown: {e}\n"))
+                text(500, format!("topdown: {e}\n"))
             }
         },
-        (Method::Get, "/") => (
-            200,
-            TEXT,
-            "topdown: the counters of pinned functions are at /metrics\n".into(),
+        (Method::Get, PPROF_PATH) if !capture => text(
+            404,
+            "topdown: no stacks are captured: start topdown serve with --capture\n".into(),
         ),
-        (Method::Get, _) => (404, TEXT, "not found: try /metrics\n".into()),
-        _ => (405, TEXT, "only GET is served\n".into()),
+        (Method::Get, "/") => text(
+            200,
+            if capture {
+                "topdown: the counters of pinned functions are at /metrics, their stacks at \
+                 /debug/pprof/topdown?seconds=N\n"
+            } else {
+                "topdown: the counters of pinned functions are at /metrics\n"
+            }
+            .into(),
+        ),
+        (Method::Get, _) => text(404, "not found: try /metrics\n".into()),
+        _ => text(405, "only GET is served\n".into()),
     }
 }
 
@@ -111,20 +302,90 @@ mod tests {
     #[test]
     fn routes() {
         let ok = || Ok("m 1\n# EOF\n".to_string());
-        assert_eq!(answer(&Method::Get, "/metrics", &ok).0, 200);
-        assert_eq!(answer(&Method::Get, "/metrics?x=1", &ok).2, "m 1\n# EOF\n");
-        assert_eq!(answer(&Method::Get, "/", &ok).0, 200);
-        assert_eq!(answer(&Method::Get, "/nope", &ok).0, 404);
-        assert_eq!(answer(&Method::Post, "/metrics", &ok).0, 405);
+        let get = |url: &str, capture: bool| answer(&Method::Get, url, &ok, capture);
+        assert_eq!(get("/metrics", false).0, 200);
+        assert_eq!(get("/metrics?x=1", false).2, b"m 1\n# EOF\n");
+        assert_eq!(get("/", false).0, 200);
+        assert_eq!(get("/nope", false).0, 404);
+        assert_eq!(answer(&Method::Post, "/metrics", &ok, false).0, 405);
+        let no = get("/debug/pprof/topdown?seconds=1", false);
+        assert_eq!(
+            (no.0, String::from_utf8(no.2).unwrap()),
+            (
+                404,
+                "topdown: no stacks are captured: start topdown serve with --capture\n".into()
+            )
+        );
         let bad = || Err(Error::msg("no kallsyms"));
         assert_eq!(
-            answer(&Method::Get, "/metrics", &bad),
+            answer(&Method::Get, "/metrics", &bad, false),
             (
                 500,
                 "text/plain; charset=utf-8",
-                "topdown: no kallsyms\n".into()
+                b"topdown: no kallsyms\n".to_vec()
             )
         );
+    }
+
+    #[test]
+    fn pprof_queries() {
+        assert_eq!(pprof_query(""), Ok((30, None)));
+        assert_eq!(pprof_query("seconds=5"), Ok((5, None)));
+        let (n, f) = pprof_query("seconds=2&function=vfs_read").unwrap();
+        assert_eq!((n, f.unwrap().as_str()), (2, "vfs_read"));
+        assert_eq!(
+            pprof_query("seconds=0").unwrap_err(),
+            "seconds=0: give a whole number from 1 to 600"
+        );
+        assert_eq!(
+            pprof_query("seconds=x").unwrap_err(),
+            "seconds=x: give a whole number from 1 to 600"
+        );
+        assert_eq!(
+            pprof_query("function=../x").unwrap_err(),
+            "function=../x: not a kernel function name: it starts with '.'"
+        );
+        assert_eq!(
+            pprof_query("debug=1").unwrap_err(),
+            "unknown parameter 'debug': give seconds=N and function=FUNC"
+        );
+    }
+
+    /// Stacks reach the windows open when they are captured, and only
+    /// those; the series say which reason is captured now.
+    #[test]
+    fn captures_feed_open_windows_and_series() {
+        let c = Captures::default();
+        let got = |reason: &str| Captured {
+            reason: reason.into(),
+            stack: crate::report::Stack {
+                kernel: vec!["zap+0x1".into()],
+                user: vec![],
+            },
+            process: crate::report::Process {
+                comm: "thp".into(),
+                pid: 3,
+            },
+        };
+        c.switched("f", Some("ZAP".into()));
+        c.add("f", vec![got("ZAP")]);
+        let w = c.open();
+        c.add("f", vec![got("ZAP"), got("ZAP")]);
+        c.switched("f", Some("FAULT".into()));
+        c.add("f", vec![got("FAULT")]);
+        let taken = c.close(w);
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken.values().sum::<u64>(), 3);
+        c.add("f", vec![got("FAULT")]);
+        let s: Vec<(String, bool, u64)> = c
+            .series()
+            .into_iter()
+            .map(|s| (s.reason, s.active, s.stacks))
+            .collect();
+        assert_eq!(s, [("FAULT".into(), true, 2), ("ZAP".into(), false, 3)]);
+        c.switched("f", None);
+        assert!(c.series().iter().all(|s| !s.active));
+        assert!(c.close(w).is_empty());
     }
 
     /// READY=1 reaches a datagram socket named by path and by abstract
@@ -160,7 +421,7 @@ mod tests {
         drop(probe);
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let server = s.spawn(|| run(addr, &stop, || Ok("topdown_x 1\n# EOF\n".into())));
+            let server = s.spawn(|| run(addr, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
             let mut conn = None;
             for _ in 0..50 {
                 if let Ok(c) = TcpStream::connect(addr) {
@@ -180,7 +441,7 @@ mod tests {
             );
             assert!(reply.contains("application/openmetrics-text"), "{reply}");
             assert!(reply.ends_with("topdown_x 1\n# EOF\n"), "{reply}");
-            let e = run(addr, &AtomicBool::new(false), || Ok(String::new()))
+            let e = run(addr, &AtomicBool::new(false), || Ok(String::new()), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(&format!("cannot listen on {addr}: ")), "{e}");

@@ -25,6 +25,8 @@ const BPFFS: &str = "/sys/fs/bpf";
 const ROOT: &str = "/sys/fs/bpf/topdown";
 /// Where readers' locks live: /run is a tmpfs, cleared at boot like bpffs.
 const LOCKS: &str = "/run/topdown";
+/// How a lock held by topdown serve --capture says so (after the pid).
+const SERVE: &str = "serve";
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 /// The map layout this topdown reads and writes.
 pub(crate) const LAYOUT: u32 = types::td_abi::TD_LAYOUT_VERSION.0;
@@ -103,6 +105,16 @@ pub(crate) fn kernel_and_boot() -> (String, String) {
 
 fn dir_of(func: &FuncName) -> PathBuf {
     Path::new(ROOT).join(func.as_str())
+}
+
+/// Which instance of `func` is pinned now (its directory's inode: a
+/// re-pin puts another in place), if one is.
+pub(crate) fn instance_id(func: &FuncName) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(dir_of(func))
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
 }
 
 /// Whether `func` has a pinned instance: a directory of its own under
@@ -321,9 +333,10 @@ pub(crate) fn pin(
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
-    // A reader steering the old instance's capture: not swapped under it.
+    // A reader steering the old instance's capture: not swapped under it
+    // (serve --capture lets go of it by itself).
     let _lock = if replace {
-        Some(Lock::take(func)?)
+        Lock::take_over_serve(func)?
     } else {
         None
     };
@@ -468,7 +481,7 @@ pub(crate) fn unpin(func: &FuncName) -> Result<()> {
     if !is_pinned(func) {
         return Err(not_pinned(func));
     }
-    let _lock = Lock::take(func)?;
+    let _lock = Lock::take_over_serve(func)?;
     // Hold the link while the pins go, and drop it last: the final put
     // from a close frees the program at once, where the one from an
     // unlinked pin may be left to a workqueue.
@@ -515,16 +528,47 @@ impl Lock {
 
     /// Takes `func`'s lock, or says which process holds it.
     pub(crate) fn take(func: &FuncName) -> Result<Lock> {
-        Self::try_take(func)?.map_err(|pid| {
-            Error::msg(format!(
-                "{func}'s pinned instance is being read by topdown (pid {pid}); \
-                 end that one first (topdown show reads it alongside)"
-            ))
+        Self::try_take(func)?.map_err(|holder| match holder.split_once(' ') {
+            Some((pid, SERVE)) => Error::msg(format!(
+                "{func}'s stack capture is steered by topdown serve --capture (pid {pid}); \
+                 its stacks are at /debug/pprof/topdown?function={func}, and topdown show \
+                 reads its counts alongside"
+            )),
+            _ => Error::msg(format!(
+                "{func}'s pinned instance is being read by topdown (pid {}); \
+                 end that one first (topdown show reads it alongside)",
+                holder.split(' ').next().unwrap_or("")
+            )),
         })
     }
 
-    /// Takes `func`'s lock if it is free; Err(pid) if a process holds it.
+    /// For unpin and re-pin: `func`'s lock, or None if topdown serve
+    /// --capture holds it (serve lets go of an instance unpinned or
+    /// replaced within a second); another holder is an error.
+    pub(crate) fn take_over_serve(func: &FuncName) -> Result<Option<Lock>> {
+        match Self::try_take(func)? {
+            Ok(lock) => Ok(Some(lock)),
+            Err(holder) if holder.ends_with(&format!(" {SERVE}")) => Ok(None),
+            Err(_) => Self::take(func).map(Some),
+        }
+    }
+
+    /// Takes `func`'s lock for topdown serve --capture, if it is free;
+    /// Err(holder) if a process holds it.
+    pub(crate) fn try_take_for_serve(func: &FuncName) -> Result<std::result::Result<Lock, String>> {
+        Self::try_take_as(func, Some(SERVE))
+    }
+
+    /// Takes `func`'s lock if it is free; Err(holder) if a process holds
+    /// it (its pid, and ` serve` for topdown serve --capture).
     pub(crate) fn try_take(func: &FuncName) -> Result<std::result::Result<Lock, String>> {
+        Self::try_take_as(func, None)
+    }
+
+    fn try_take_as(
+        func: &FuncName,
+        role: Option<&str>,
+    ) -> Result<std::result::Result<Lock, String>> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -548,7 +592,10 @@ impl Lock {
         }
         let _ = file.set_len(0);
         let _ = file.rewind();
-        let _ = write!(file, "{}", std::process::id());
+        let _ = match role {
+            Some(r) => write!(file, "{} {r}", std::process::id()),
+            None => write!(file, "{}", std::process::id()),
+        };
         Ok(Ok(Lock { _file: file }))
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod flamegraph;
 pub(crate) mod folded;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
+pub(crate) mod pprof;
 pub(crate) mod saved;
 pub(crate) mod text;
 

@@ -10,7 +10,11 @@
 //!   re-pin (counters starting over) can be told from a counter wrap;
 //! - `topdown_read_error{function}`: 1 for a pinned function that could not
 //!   be read in this scrape (`topdown serve` logs why); the others are
-//!   served all the same.
+//!   served all the same;
+//! - with `serve --capture`, `topdown_capture_active{function,reason}`: 1
+//!   for the reason whose stacks are captured now, 0 for those captured
+//!   before; and `topdown_stacks_total{function,reason}`: stacks captured
+//!   since serve started.
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -19,10 +23,20 @@ use prometheus_client::metrics::MetricType;
 
 use crate::report::Pinned;
 
-/// A scrape's worth of pinned instances, and the functions that could not
-/// be read.
+/// A reason serve --capture has captured stacks of.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CaptureSeries {
+    pub(crate) function: String,
+    pub(crate) reason: String,
+    /// Captured now.
+    pub(crate) active: bool,
+    pub(crate) stacks: u64,
+}
+
+/// A scrape's worth of pinned instances, the functions that could not be
+/// read, and with --capture what was captured (None: no capture).
 #[derive(Debug)]
-struct Scrape(Vec<Pinned>, Vec<String>);
+struct Scrape(Vec<Pinned>, Vec<String>, Option<Vec<CaptureSeries>>);
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
@@ -86,15 +100,49 @@ impl prometheus_client::collector::Collector for Scrape {
             let labels = [("function", func.as_str())];
             ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
         }
+        let Some(captures) = &self.2 else {
+            return Ok(());
+        };
+        let mut m = enc.encode_descriptor(
+            "topdown_capture_active",
+            "1: the reason whose stacks topdown serve --capture captures now.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for c in captures {
+            let labels = [
+                ("function", c.function.as_str()),
+                ("reason", c.reason.as_str()),
+            ];
+            ConstGauge::new(i64::from(c.active)).encode(m.encode_family(&labels)?)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "topdown_stacks",
+            "Stacks captured by topdown serve --capture since it started, per reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for c in captures {
+            let labels = [
+                ("function", c.function.as_str()),
+                ("reason", c.reason.as_str()),
+            ];
+            ConstCounter::new(c.stacks).encode(m.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }
 
-/// The OpenMetrics text of `pinned`, and of `unreadable` (functions that
-/// could not be read), `# EOF` included.
-pub(crate) fn encode(pinned: Vec<Pinned>, unreadable: Vec<String>) -> String {
+/// The OpenMetrics text of `pinned`, of `unreadable` (functions that
+/// could not be read) and of `captures` (with --capture), `# EOF`
+/// included.
+pub(crate) fn encode(
+    pinned: Vec<Pinned>,
+    unreadable: Vec<String>,
+    captures: Option<Vec<CaptureSeries>>,
+) -> String {
     let mut registry = prometheus_client::registry::Registry::default();
-    registry.register_collector(Box::new(Scrape(pinned, unreadable)));
+    registry.register_collector(Box::new(Scrape(pinned, unreadable, captures)));
     let mut out = String::new();
     // Writing into a String cannot fail.
     prometheus_client::encoding::text::encode(&mut out, &registry).expect("encodes");
@@ -149,7 +197,8 @@ mod tests {
 
     #[test]
     fn counters_info_and_timestamp_in_openmetrics_text() {
-        let t = encode(vec![pinned()], vec!["vfs_read".into()]);
+        let t = encode(vec![pinned()], vec!["vfs_read".into()], None);
+        assert!(!t.contains("topdown_capture_active"), "{t}");
         let lines: Vec<&str> = t.lines().collect();
         for want in [
             "# TYPE topdown_calls counter",
@@ -182,8 +231,40 @@ mod tests {
 
     #[test]
     fn nothing_pinned_is_an_empty_exposition() {
-        let t = encode(vec![], vec![]);
+        let t = encode(vec![], vec![], None);
         assert!(t.ends_with("# EOF\n"), "{t}");
         assert!(!t.lines().any(|l| !l.starts_with('#')), "{t}");
+    }
+
+    #[test]
+    fn captures_are_a_gauge_and_a_counter_per_reason() {
+        let series = |reason: &str, active: bool, stacks: u64| CaptureSeries {
+            function: "deferred_split_folio".into(),
+            reason: reason.into(),
+            active,
+            stacks,
+        };
+        let t = encode(
+            vec![pinned()],
+            vec![],
+            Some(vec![
+                series("FAULT_ALLOC", false, 3),
+                series("ZAP", true, 9),
+            ]),
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        for want in [
+            "# TYPE topdown_capture_active gauge",
+            "topdown_capture_active{function=\"deferred_split_folio\",reason=\"FAULT_ALLOC\"} 0",
+            "topdown_capture_active{function=\"deferred_split_folio\",reason=\"ZAP\"} 1",
+            "# TYPE topdown_stacks counter",
+            "topdown_stacks_total{function=\"deferred_split_folio\",reason=\"FAULT_ALLOC\"} 3",
+            "topdown_stacks_total{function=\"deferred_split_folio\",reason=\"ZAP\"} 9",
+        ] {
+            assert!(lines.contains(&want), "no `{want}` in:\n{t}");
+        }
+        // --capture with nothing captured yet: the families, no samples.
+        let t = encode(vec![], vec![], Some(vec![]));
+        assert!(t.contains("# TYPE topdown_stacks counter"), "{t}");
     }
 }

@@ -11,6 +11,7 @@ mod poll_bench;
 mod rates;
 mod state;
 mod trigger;
+mod watch;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,7 @@ use crate::report::{self, FilterInfo, Pinned, Process, ReasonRow, Stack, Summary
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
+pub(crate) use watch::{Captured, Watch};
 
 use capture::Capture;
 use poll::Poller;
@@ -106,12 +108,27 @@ impl Stacks {
     }
 
     fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
-        let Some(c) = &self.capture else { return };
+        let target = state.target();
+        for (reason, stack, process, ts) in self.take(ksyms, mapper, target) {
+            state.add_stack(reason, stack, process, ts);
+        }
+    }
+
+    /// The samples delivered so far, symbolized: (reason slot, stack,
+    /// process, kernel time). `target` is the reason captured now.
+    fn take(
+        &mut self,
+        ksyms: &Kallsyms,
+        mapper: &mut Mapper,
+        target: Option<u32>,
+    ) -> Vec<(u32, Stack, Process, u64)> {
+        let Some(c) = &self.capture else {
+            return Vec::new();
+        };
         let mut samples = c.take();
         if self.user_target {
             // A uprobe's calls from sites not resolved yet come untagged:
             // kept if their caller is the reason being captured.
-            let target = state.target();
             samples.retain_mut(|s| {
                 if s.reason == SLOT_NONE {
                     let name = self.symbols.user_caller(s.pid, s.caller);
@@ -125,27 +142,30 @@ impl Stacks {
         for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
             self.symbols.remember_process(s.pid);
         }
-        for s in samples {
-            let (kernel, user) = if self.user_target {
-                // The kernel stack is the trap's. The user one, taken at
-                // FUNC's first instruction, is FUNC then (by frame
-                // pointers) the caller's caller: the caller is put back.
-                let frames: Vec<u64> = std::iter::once(s.caller)
-                    .chain(s.ustack.iter().skip(1).copied())
-                    .collect();
-                (Vec::new(), self.symbols.user(s.pid, &frames))
-            } else {
-                let frames =
-                    capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
-                let kernel = self.symbols.kernel(ksyms, &frames);
-                (kernel, self.symbols.user(s.pid, &s.ustack))
-            };
-            let process = Process {
-                comm: s.comm,
-                pid: s.pid,
-            };
-            state.add_stack(s.reason, Stack { kernel, user }, process, s.ts);
-        }
+        samples
+            .into_iter()
+            .map(|s| {
+                let (kernel, user) = if self.user_target {
+                    // The kernel stack is the trap's. The user one, taken at
+                    // FUNC's first instruction, is FUNC then (by frame
+                    // pointers) the caller's caller: the caller is put back.
+                    let frames: Vec<u64> = std::iter::once(s.caller)
+                        .chain(s.ustack.iter().skip(1).copied())
+                        .collect();
+                    (Vec::new(), self.symbols.user(s.pid, &frames))
+                } else {
+                    let frames =
+                        capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
+                    let kernel = self.symbols.kernel(ksyms, &frames);
+                    (kernel, self.symbols.user(s.pid, &s.ustack))
+                };
+                let process = Process {
+                    comm: s.comm,
+                    pid: s.pid,
+                };
+                (s.reason, Stack { kernel, user }, process, s.ts)
+            })
+            .collect()
     }
 
     fn drain(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) -> Result<()> {
@@ -479,19 +499,24 @@ fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
 
 /// The notice of a switch of capture, on stderr.
 fn announce(d: &Decision, reasons: &crate::reasons::Reasons, threshold: f64) {
+    eprintln!("topdown: {}", announcement(d, reasons, threshold));
+}
+
+/// What `announce` says, without the program's name.
+fn announcement(d: &Decision, reasons: &crate::reasons::Reasons, threshold: f64) -> String {
     let what = match d.switch {
         Switch::Start(_) => "capturing its stacks".to_string(),
         Switch::Move { from, .. } => {
             format!("moving stack capture from {}", reasons.name(from))
         }
     };
-    eprintln!(
-        "topdown: {} has {:.1}% of calls ({} in the last {:.1}s; threshold {threshold}%): {what}",
+    format!(
+        "{} has {:.1}% of calls ({} in the last {:.1}s; threshold {threshold}%): {what}",
         reasons.name(d.switch.to()),
         d.share,
         d.calls,
         d.span
-    );
+    )
 }
 
 fn unix_now() -> f64 {

@@ -1,0 +1,178 @@
+//! `topdown serve --capture`: a live run's trigger on one pinned
+//! instance, with no terminal. The same trigger (threshold, min-rate,
+//! min-events over the last second, checked every tick), the same budget
+//! refilled every second, the same switch of the kernel side's capture and
+//! the same symbolization as `session::run`; what it captures goes to the
+//! caller instead of a summary.
+
+use std::time::{Duration, Instant};
+
+use crate::bpf::abi::SLOT_NONE;
+use crate::bpf::pin::{Instance, Lock};
+use crate::bpf::probe::{Mode, Probe};
+use crate::error::Result;
+use crate::kallsyms::Kallsyms;
+use crate::reasons::Mapper;
+use crate::report::{Process, Stack};
+use crate::symbolize::Symbols;
+
+use super::capture::Capture;
+use super::poll::Poller;
+use super::trigger::{Config, Trigger};
+use super::{announcement, per_cpu_budget, Stacks, REFILL, TICK};
+
+/// A stack captured by a watch.
+#[derive(Debug, Clone)]
+pub(crate) struct Captured {
+    pub(crate) reason: String,
+    pub(crate) stack: Stack,
+    pub(crate) process: Process,
+}
+
+/// One pinned instance watched: its counters polled every tick, its
+/// capture steered (it holds the instance's reader lock).
+pub(crate) struct Watch {
+    func: String,
+    instance: u64,
+    probe: Probe<'static>,
+    mapper: Mapper,
+    poller: Poller,
+    trigger: Trigger,
+    stacks: Stacks,
+    start: Instant,
+    next_tick: Instant,
+    next_refill: Instant,
+    budget: u64,
+    _lock: Lock,
+}
+
+impl Watch {
+    /// Starts watching `inst` (`instance`, its lock taken), from its
+    /// counts now.
+    pub(crate) fn new(
+        mut inst: Instance,
+        instance: u64,
+        lock: Lock,
+        mut mapper: Mapper,
+        cfg: Config,
+        max_rate: u64,
+        ksyms: &Kallsyms,
+    ) -> Result<Watch> {
+        // From here on the probe's Drop puts back what is changed.
+        inst.probe.steer();
+        // A reader killed earlier may have left capture on.
+        inst.probe.maps().capture(SLOT_NONE, &[])?;
+        inst.probe.maps().own(0);
+        let mut poller = Poller::default();
+        let base = poller.totals(inst.probe.maps(), ksyms, &mut mapper, None)?;
+        let mut trigger = Trigger::new(Config { auto: true, ..cfg }, None);
+        trigger.start_from(&base);
+        let capture = Some(Capture::new(inst.probe.maps().samples()?)?);
+        let meta = &inst.meta;
+        let now = Instant::now();
+        Ok(Watch {
+            func: meta.function.clone(),
+            instance,
+            stacks: Stacks {
+                capture,
+                symbols: Symbols::new(meta.vmlinux.clone(), false),
+                func_addr: meta.func_addr,
+                user_target: inst.probe.mode() == Mode::Uprobe,
+            },
+            probe: inst.probe,
+            mapper,
+            poller,
+            trigger,
+            start: now,
+            next_tick: now + TICK,
+            next_refill: now + REFILL,
+            budget: per_cpu_budget(max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1)),
+            _lock: lock,
+        })
+    }
+
+    pub(crate) fn func(&self) -> &str {
+        &self.func
+    }
+
+    /// Which instance it watches (`pin::instance_id`): another one pinned
+    /// now means a re-pin, and this watch reads the old one.
+    pub(crate) fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// The reason captured now, if any.
+    pub(crate) fn target(&self) -> Option<String> {
+        self.trigger
+            .target()
+            .map(|s| self.mapper.reasons.name(s).to_string())
+    }
+
+    /// When `step` has work next.
+    pub(crate) fn due(&self) -> Instant {
+        self.next_tick.min(self.next_refill)
+    }
+
+    /// One step: the stacks delivered since the last, then, if a tick is
+    /// due, the counters and the trigger's decision (with the line that
+    /// announces a switch), and the budget refilled each second while
+    /// capturing.
+    pub(crate) fn step(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Option<String>)> {
+        // serve's own calls are left out while it works, as a live run's
+        // are; each change renews this reader's lease on the state it set.
+        self.probe.maps().own(std::process::id());
+        let stepped = self.step_owned(ksyms);
+        self.probe.maps().own(0);
+        stepped
+    }
+
+    fn step_owned(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Option<String>)> {
+        if let Some(c) = &self.stacks.capture {
+            c.drain()?;
+        }
+        let target = self.trigger.target();
+        let taken = self.stacks.take(ksyms, &mut self.mapper, target);
+        let names = &self.mapper.reasons;
+        let got = taken
+            .into_iter()
+            .map(|(slot, stack, process, _)| Captured {
+                reason: names.name(slot).to_string(),
+                stack,
+                process,
+            })
+            .collect();
+        let now = Instant::now();
+        let mut said = None;
+        if now >= self.next_tick {
+            let cur = self.poller.totals(
+                self.probe.maps(),
+                ksyms,
+                &mut self.mapper,
+                Some(&mut self.stacks.symbols),
+            )?;
+            let secs = (now - self.start).as_secs_f64();
+            if let Some(d) = self.trigger.observe(secs, &cur) {
+                said = Some(format!(
+                    "{}: {}",
+                    self.func,
+                    announcement(&d, &self.mapper.reasons, self.trigger.threshold())
+                ));
+                // The budget first: a call between the two would find none.
+                self.probe.maps().refill(self.budget)?;
+                self.stacks
+                    .switch_on(&mut self.probe, ksyms, &self.mapper, d.switch.to())?;
+                self.next_refill = now + REFILL;
+            }
+            while self.next_tick <= now {
+                self.next_tick += TICK;
+            }
+        }
+        if self.trigger.target().is_some() && now >= self.next_refill {
+            self.probe.maps().refill(self.budget)?;
+            self.next_refill = now + REFILL;
+        } else if self.trigger.target().is_none() {
+            self.next_refill = now + Duration::from_secs(3600);
+        }
+        Ok((got, said))
+    }
+}
