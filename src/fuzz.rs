@@ -18,7 +18,7 @@ use crate::cli::Cli;
 use crate::filter::cpu_list;
 use crate::funcname::FuncName;
 use crate::profile::Profile;
-use crate::report::saved::Saved;
+use crate::report::Saved;
 use crate::report::{Distribution, Drops, Pinned, ReasonRow};
 
 /// Generated cases per target.

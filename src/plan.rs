@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::funcname::FuncName;
 use crate::profile::{self, Profile};
-use crate::report::compare::{Baseline, VerifyConfig};
-use crate::report::saved::{self, Saved};
+use crate::report::saved;
+use crate::report::Saved;
+use crate::report::{Baseline, VerifyConfig};
 use crate::session::{self, TriggerConfig};
 use crate::user::UserTarget;
 

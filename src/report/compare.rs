@@ -4,8 +4,10 @@
 //! `jobs` turns the verdict into the exit status.
 
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
-use crate::report::saved::Saved;
-use crate::report::{is_hot, Distribution, Phase};
+use crate::report::{
+    is_hot, Baseline, Change, Comparison, Distribution, Fig, FixApplied, LoadMoved, Outcome,
+    RunInfo, Saved, SystemChange, Verdict, VerifyConfig,
+};
 use crate::system::{knob_name, shown_value, Knob, SystemState};
 
 /// Calls of the baseline's hot reason needed to say anything: in the
@@ -13,69 +15,6 @@ use crate::system::{knob_name, shown_value, Knob, SystemState};
 /// rate unchanged, a count of 20 would look halved by chance about once in
 /// a hundred runs.)
 pub(crate) const MIN_CALLS: u64 = 20;
-
-/// What a fix must achieve: the baseline's hot reason's share now below
-/// `threshold` percent, and its rate down by at least `drop` percent.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct VerifyConfig {
-    pub(crate) threshold: f64,
-    pub(crate) drop: f64,
-}
-
-/// A saved baseline to compare with.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Baseline {
-    /// The file, as named on the command line.
-    pub(crate) file: String,
-    pub(crate) saved: Saved,
-    pub(crate) verify: VerifyConfig,
-}
-
-/// What a run is, beside its counts: for warnings about a baseline taken
-/// elsewhere, and for what changed on the system since.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct RunInfo {
-    pub(crate) kernel: String,
-    /// Where the profile came from; None: one reason per caller.
-    pub(crate) profile: Option<String>,
-    /// The system's settings (None: not read), and --fix.
-    pub(crate) system: Option<SystemState>,
-    pub(crate) fix: Option<String>,
-}
-
-/// One reason's calls on one side.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(crate) struct Fig {
-    pub(crate) count: u64,
-    pub(crate) rate: f64,
-    /// Percent of that side's calls.
-    pub(crate) share: f64,
-}
-
-/// A reason before and now.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Change {
-    pub(crate) reason: String,
-    /// None: that side does not know the reason at all (another profile,
-    /// or a caller it never saw); a known reason without calls is zeros.
-    pub(crate) before: Option<Fig>,
-    pub(crate) now: Option<Fig>,
-}
-
-impl Change {
-    /// Percentage points the share moved; a side without the reason
-    /// counts as 0%.
-    pub(crate) fn share_change(&self) -> f64 {
-        self.now.unwrap_or_default().share - self.before.unwrap_or_default().share
-    }
-
-    /// The rate now as a multiple of the rate before; None when there was
-    /// none before.
-    pub(crate) fn rate_change(&self) -> Option<f64> {
-        let before = self.before.unwrap_or_default().rate;
-        (before > 0.0).then(|| self.now.unwrap_or_default().rate / before)
-    }
-}
 
 /// A side's calls, with the reasons it knows.
 #[derive(Debug, Clone, Copy)]
@@ -124,44 +63,6 @@ pub(crate) fn changes(before: Side<'_>, now: Side<'_>) -> Vec<Change> {
             now: now.fig(name),
         })
         .collect()
-}
-
-/// How a comparison ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Verified,
-    NotVerified,
-    /// Too few calls to say either.
-    Inconclusive,
-}
-
-impl Outcome {
-    pub(crate) fn phase(self) -> Phase {
-        match self {
-            Outcome::Verified => Phase::FixVerified,
-            Outcome::NotVerified => Phase::NotVerified,
-            Outcome::Inconclusive => Phase::Inconclusive,
-        }
-    }
-}
-
-/// The verdict on the baseline's hot reason.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Verdict {
-    pub(crate) outcome: Outcome,
-    /// The baseline's hot reason (None: the baseline has no calls), its
-    /// figures before and now.
-    pub(crate) reason: Option<String>,
-    pub(crate) before: Fig,
-    pub(crate) now: Fig,
-    /// The two conditions (both false when inconclusive).
-    pub(crate) share_below: bool,
-    pub(crate) rate_dropped: bool,
-    /// Percent the rate fell (negative: it rose).
-    pub(crate) drop: f64,
-    pub(crate) config: VerifyConfig,
-    /// What was found, one sentence without the outcome.
-    pub(crate) why: String,
 }
 
 /// The reason with most calls, special slots aside: the first in the
@@ -277,16 +178,6 @@ pub(crate) fn verdict(
     v
 }
 
-/// Where the load went: the baseline's hot reason fell below the
-/// threshold and this reason rose past it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct LoadMoved {
-    pub(crate) reason: String,
-    pub(crate) share: f64,
-    /// None: the baseline does not know the reason.
-    pub(crate) share_before: Option<f64>,
-}
-
 /// The reason the load moved to, if the baseline's hot reason `hot` is
 /// now below `threshold` and another reason, below it before, is now at
 /// or above it (the largest such).
@@ -313,37 +204,6 @@ pub(crate) fn load_moved(rows: &[Change], hot: Option<&str>, threshold: f64) -> 
             share: c.now.unwrap_or_default().share,
             share_before: c.before.map(|f| f.share),
         })
-}
-
-/// One recorded setting that differs between the baseline and this run.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SystemChange {
-    /// `kernel`, `kernel build id`, `kernel command line` or a knob's
-    /// name (`knob_name`).
-    pub(crate) what: String,
-    pub(crate) before: String,
-    pub(crate) after: String,
-}
-
-/// What was changed on the system between the baseline and this run.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FixApplied {
-    /// --fix of this run, and of the baseline.
-    pub(crate) fix: Option<String>,
-    pub(crate) baseline_fix: Option<String>,
-    /// Both sides record the system's settings; false for a baseline of
-    /// an older format (which records only the kernel release): then the
-    /// other settings and the baseline's fix are unknown.
-    pub(crate) recorded: bool,
-    /// Every difference, the kernel release first.
-    pub(crate) changes: Vec<SystemChange>,
-}
-
-impl FixApplied {
-    /// Nothing recorded differs, and everything was recorded.
-    pub(crate) fn no_change(&self) -> bool {
-        self.recorded && self.changes.is_empty()
-    }
 }
 
 /// A knob's state as shown.
@@ -421,21 +281,6 @@ pub(crate) fn fix_applied(b: &Saved, info: &RunInfo) -> FixApplied {
         recorded,
         changes,
     }
-}
-
-/// A run compared with its baseline.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Comparison {
-    /// The baseline file as named, and what it holds (its stacks left out).
-    pub(crate) file: String,
-    pub(crate) baseline: Saved,
-    pub(crate) rows: Vec<Change>,
-    pub(crate) verdict: Verdict,
-    /// Differences that make the comparison less meaningful.
-    pub(crate) warnings: Vec<String>,
-    /// Where the load went, if it moved to another reason.
-    pub(crate) load_moved: Option<LoadMoved>,
-    pub(crate) fix_applied: FixApplied,
 }
 
 fn profile_name(p: Option<&str>) -> &str {

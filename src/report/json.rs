@@ -6,11 +6,11 @@ use serde::{Serialize, Serializer};
 
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 
-use crate::report::compare::{Change, Comparison, FixApplied, LoadMoved};
 use crate::report::{
     CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary, Verify,
 };
+use crate::report::{Change, Comparison, FixApplied, LoadMoved};
 
 /// The JSON schema version written into every object. 2: `hot_reason`
 /// is null unless the top reason reaches the threshold (`top_reason` is

@@ -1,7 +1,9 @@
 //! What topdown reports, as plain data with reason names resolved, and its
 //! renderings: aligned text tables (`text`), NDJSON (`json`) and folded
 //! stacks for flame graph tools (`folded`); and a run's result saved as a
-//! file (`saved`) to compare a later run with (`compare`).
+//! file (`saved`) to compare a later run with (`compare`). The data types
+//! of all of them live here, so that the children use this module and
+//! never each other in a circle.
 
 pub(crate) mod compare;
 pub(crate) mod flamegraph;
@@ -12,7 +14,7 @@ pub(crate) mod pprof;
 pub(crate) mod saved;
 pub(crate) mod text;
 
-use compare::{Change, Comparison};
+use serde::{Deserialize, Serialize};
 
 use crate::system::SystemState;
 
@@ -394,4 +396,237 @@ impl Pinned {
 /// `N call(s)`.
 pub(crate) fn calls(n: u64) -> String {
     format!("{n} call{}", if n == 1 { "" } else { "s" })
+}
+
+// What a run is compared with (`--baseline`), and the comparison.
+
+/// What a fix must achieve: the baseline's hot reason's share now below
+/// `threshold` percent, and its rate down by at least `drop` percent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct VerifyConfig {
+    pub(crate) threshold: f64,
+    pub(crate) drop: f64,
+}
+
+/// A saved baseline to compare with.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Baseline {
+    /// The file, as named on the command line.
+    pub(crate) file: String,
+    pub(crate) saved: Saved,
+    pub(crate) verify: VerifyConfig,
+}
+
+/// What a run is, beside its counts: for warnings about a baseline taken
+/// elsewhere, and for what changed on the system since.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct RunInfo {
+    pub(crate) kernel: String,
+    /// Where the profile came from; None: one reason per caller.
+    pub(crate) profile: Option<String>,
+    /// The system's settings (None: not read), and --fix.
+    pub(crate) system: Option<SystemState>,
+    pub(crate) fix: Option<String>,
+}
+
+/// One reason's calls on one side.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Fig {
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
+    /// Percent of that side's calls.
+    pub(crate) share: f64,
+}
+
+/// A reason before and now.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Change {
+    pub(crate) reason: String,
+    /// None: that side does not know the reason at all (another profile,
+    /// or a caller it never saw); a known reason without calls is zeros.
+    pub(crate) before: Option<Fig>,
+    pub(crate) now: Option<Fig>,
+}
+
+impl Change {
+    /// Percentage points the share moved; a side without the reason
+    /// counts as 0%.
+    pub(crate) fn share_change(&self) -> f64 {
+        self.now.unwrap_or_default().share - self.before.unwrap_or_default().share
+    }
+
+    /// The rate now as a multiple of the rate before; None when there was
+    /// none before.
+    pub(crate) fn rate_change(&self) -> Option<f64> {
+        let before = self.before.unwrap_or_default().rate;
+        (before > 0.0).then(|| self.now.unwrap_or_default().rate / before)
+    }
+}
+
+/// How a comparison ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Verified,
+    NotVerified,
+    /// Too few calls to say either.
+    Inconclusive,
+}
+
+impl Outcome {
+    pub(crate) fn phase(self) -> Phase {
+        match self {
+            Outcome::Verified => Phase::FixVerified,
+            Outcome::NotVerified => Phase::NotVerified,
+            Outcome::Inconclusive => Phase::Inconclusive,
+        }
+    }
+}
+
+/// The verdict on the baseline's hot reason.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Verdict {
+    pub(crate) outcome: Outcome,
+    /// The baseline's hot reason (None: the baseline has no calls), its
+    /// figures before and now.
+    pub(crate) reason: Option<String>,
+    pub(crate) before: Fig,
+    pub(crate) now: Fig,
+    /// The two conditions (both false when inconclusive).
+    pub(crate) share_below: bool,
+    pub(crate) rate_dropped: bool,
+    /// Percent the rate fell (negative: it rose).
+    pub(crate) drop: f64,
+    pub(crate) config: VerifyConfig,
+    /// What was found, one sentence without the outcome.
+    pub(crate) why: String,
+}
+
+/// Where the load went: the baseline's hot reason fell below the
+/// threshold and this reason rose past it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LoadMoved {
+    pub(crate) reason: String,
+    pub(crate) share: f64,
+    /// None: the baseline does not know the reason.
+    pub(crate) share_before: Option<f64>,
+}
+
+/// One recorded setting that differs between the baseline and this run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SystemChange {
+    /// `kernel`, `kernel build id`, `kernel command line` or a knob's
+    /// name (`knob_name`).
+    pub(crate) what: String,
+    pub(crate) before: String,
+    pub(crate) after: String,
+}
+
+/// What was changed on the system between the baseline and this run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FixApplied {
+    /// --fix of this run, and of the baseline.
+    pub(crate) fix: Option<String>,
+    pub(crate) baseline_fix: Option<String>,
+    /// Both sides record the system's settings; false for a baseline of
+    /// an older format (which records only the kernel release): then the
+    /// other settings and the baseline's fix are unknown.
+    pub(crate) recorded: bool,
+    /// Every difference, the kernel release first.
+    pub(crate) changes: Vec<SystemChange>,
+}
+
+impl FixApplied {
+    /// Nothing recorded differs, and everything was recorded.
+    pub(crate) fn no_change(&self) -> bool {
+        self.recorded && self.changes.is_empty()
+    }
+}
+
+/// A run compared with its baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Comparison {
+    /// The baseline file as named, and what it holds (its stacks left out).
+    pub(crate) file: String,
+    pub(crate) baseline: Saved,
+    pub(crate) rows: Vec<Change>,
+    pub(crate) verdict: Verdict,
+    /// Differences that make the comparison less meaningful.
+    pub(crate) warnings: Vec<String>,
+    /// Where the load went, if it moved to another reason.
+    pub(crate) load_moved: Option<LoadMoved>,
+    pub(crate) fix_applied: FixApplied,
+}
+
+// A result file (`--save`), as saved.rs reads and writes it.
+
+/// One reason's calls over the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedRow {
+    pub(crate) reason: String,
+    pub(crate) count: u64,
+    pub(crate) rate: f64,
+    pub(crate) share: f64,
+}
+
+/// A distinct stack and how often it was captured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedStack {
+    pub(crate) count: u64,
+    /// Caller first; "--" before user frames.
+    pub(crate) frames: Vec<String>,
+}
+
+/// A reason's top stacks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedStacks {
+    pub(crate) reason: String,
+    pub(crate) captured: u64,
+    pub(crate) stacks: Vec<SavedStack>,
+}
+
+/// A saved result. (Field order is file order.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Saved {
+    pub(crate) format: String,
+    pub(crate) version: u32,
+    /// The topdown version that wrote it.
+    pub(crate) topdown: String,
+    /// "run": a run's calls from its start; "pinned": a pinned instance's
+    /// since it was pinned (`topdown show`).
+    pub(crate) source: String,
+    pub(crate) func: String,
+    /// The kernel release it ran on.
+    pub(crate) kernel: String,
+    /// Where the profile came from; None: one reason per caller.
+    pub(crate) profile: Option<String>,
+    /// Every reason named in the run, with calls or not, special slots aside.
+    pub(crate) reason_names: Vec<String>,
+    pub(crate) mode: String,
+    pub(crate) phase: String,
+    /// Unix seconds when counting started, and for how long it went on.
+    pub(crate) start: f64,
+    pub(crate) secs: f64,
+    pub(crate) total: u64,
+    pub(crate) rate: f64,
+    /// Reasons with calls, most first.
+    pub(crate) reasons: Vec<SavedRow>,
+    /// The top reason if its share reached `threshold` (version 1: the
+    /// top reason).
+    pub(crate) hot_reason: Option<String>,
+    /// The top stacks of every reason captured, in the order capture
+    /// reached them.
+    pub(crate) stacks: Vec<SavedStacks>,
+    #[serde(default)]
+    pub(crate) drops: Drops,
+    /// The reason with most calls, and --threshold (version 2 on).
+    #[serde(default)]
+    pub(crate) top_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) threshold: Option<f64>,
+    /// --fix, and the system's settings (version 2 on; None in an older
+    /// file: unknown).
+    #[serde(default)]
+    pub(crate) fix: Option<String>,
+    #[serde(default)]
+    pub(crate) system: Option<SystemState>,
 }

@@ -13,89 +13,16 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, Result};
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
-use crate::report::{Distribution, Drops, Pinned, ReasonRow, Summary};
-use crate::system::SystemState;
+use crate::report::{
+    Distribution, Pinned, ReasonRow, Saved, SavedRow, SavedStack, SavedStacks, Summary,
+};
 
 /// The `format` of a result file, and the newest version this topdown
 /// reads and the one it writes.
 pub(crate) const FORMAT: &str = "topdown-result";
 pub(crate) const VERSION: u32 = 2;
-
-/// One reason's calls over the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SavedRow {
-    pub(crate) reason: String,
-    pub(crate) count: u64,
-    pub(crate) rate: f64,
-    pub(crate) share: f64,
-}
-
-/// A distinct stack and how often it was captured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SavedStack {
-    pub(crate) count: u64,
-    /// Caller first; "--" before user frames.
-    pub(crate) frames: Vec<String>,
-}
-
-/// A reason's top stacks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SavedStacks {
-    pub(crate) reason: String,
-    pub(crate) captured: u64,
-    pub(crate) stacks: Vec<SavedStack>,
-}
-
-/// A saved result. (Field order is file order.)
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Saved {
-    pub(crate) format: String,
-    pub(crate) version: u32,
-    /// The topdown version that wrote it.
-    pub(crate) topdown: String,
-    /// "run": a run's calls from its start; "pinned": a pinned instance's
-    /// since it was pinned (`topdown show`).
-    pub(crate) source: String,
-    pub(crate) func: String,
-    /// The kernel release it ran on.
-    pub(crate) kernel: String,
-    /// Where the profile came from; None: one reason per caller.
-    pub(crate) profile: Option<String>,
-    /// Every reason named in the run, with calls or not, special slots aside.
-    pub(crate) reason_names: Vec<String>,
-    pub(crate) mode: String,
-    pub(crate) phase: String,
-    /// Unix seconds when counting started, and for how long it went on.
-    pub(crate) start: f64,
-    pub(crate) secs: f64,
-    pub(crate) total: u64,
-    pub(crate) rate: f64,
-    /// Reasons with calls, most first.
-    pub(crate) reasons: Vec<SavedRow>,
-    /// The top reason if its share reached `threshold` (version 1: the
-    /// top reason).
-    pub(crate) hot_reason: Option<String>,
-    /// The top stacks of every reason captured, in the order capture
-    /// reached them.
-    pub(crate) stacks: Vec<SavedStacks>,
-    #[serde(default)]
-    pub(crate) drops: Drops,
-    /// The reason with most calls, and --threshold (version 2 on).
-    #[serde(default)]
-    pub(crate) top_reason: Option<String>,
-    #[serde(default)]
-    pub(crate) threshold: Option<f64>,
-    /// --fix, and the system's settings (version 2 on; None in an older
-    /// file: unknown).
-    #[serde(default)]
-    pub(crate) fix: Option<String>,
-    #[serde(default)]
-    pub(crate) system: Option<SystemState>,
-}
 
 /// A figure rounded to 3 decimals, as in the NDJSON output.
 fn round(v: f64) -> f64 {
@@ -410,6 +337,8 @@ pub(crate) fn save(path: &Path, saved: &Saved) -> Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::report::Drops;
+    use crate::system::SystemState;
 
     pub(crate) fn row(reason: &str, count: u64, rate: f64, share: f64) -> SavedRow {
         SavedRow {

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use crate::report::compare::{Change, Comparison, Fig, FixApplied, LoadMoved};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary,
 };
+use crate::report::{Change, Comparison, Fig, FixApplied, LoadMoved};
 
 fn table(out: &mut String, d: &Distribution, count_title: &str) {
     let w = d
@@ -756,7 +756,8 @@ pub(crate) mod tests {
 
     /// The sample summary compared with a baseline where ZAP was hot.
     pub(crate) fn compared_summary() -> Summary {
-        use crate::report::compare::{compare, Baseline, RunInfo, Side, VerifyConfig};
+        use crate::report::compare::{compare, Side};
+        use crate::report::{Baseline, RunInfo, VerifyConfig};
         let mut sum = sample_summary();
         sum.profile = Some("built-in profile deferred_split_folio".into());
         sum.calls = Distribution {
@@ -835,7 +836,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_interval_against_the_baseline_shows_both_and_the_change() {
-        use crate::report::compare::{Change, Fig};
+        use crate::report::{Change, Fig};
         let fig = |count, rate, share| Some(Fig { count, rate, share });
         let mut iv = report(sample_calls());
         iv.compare = Some(vec![

@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
-use crate::report::compare::{self, Baseline, RunInfo, Side};
+use crate::report::compare::{self, Side};
 use crate::report::{self, FilterInfo, Pinned, Process, ReasonRow, Stack, Summary};
+use crate::report::{Baseline, RunInfo};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::bpf::abi::{StackStat, Stat, Stats, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
-use crate::report::compare::RunInfo;
+use crate::report::RunInfo;
 use crate::report::{
     CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, Process, ReasonStacks, Stack,
     Summary, Verify,
