@@ -5,7 +5,7 @@
 # live topdown FUNC is refused while serve steers capture; unpin is not, and serve lets
 # go of the instance, leaving nothing behind. Prints serve's CPU time and memory.
 . "$TD_LIB"
-need_cmd topdown thp wget protoc gunzip bpftool
+need_cmd topdown thp wget protoc gunzip bpftool capbound
 need_func deferred_split_folio
 thp_callers
 
@@ -25,7 +25,9 @@ cpu_rss() {
 }
 
 topdown pin $F 2>/dev/null || fail "pin failed"
-topdown serve --capture --listen 127.0.0.1:9477 --min-rate 5 --min-events 3 2>"$TD_TMP/serve.err" &
+# With the capabilities topdown-serve.service leaves it (capbound execs topdown).
+capbound bpf,perfmon,syslog topdown serve --capture --listen 127.0.0.1:9477 --min-rate 5 --min-events 3 \
+	2>"$TD_TMP/serve.err" &
 serve_pid=$!
 wait_line "$TD_TMP/serve.err" "^topdown: $F: watching for a reason to take over (threshold 80%)"
 cost0=$(cpu_rss $serve_pid)
