@@ -1082,7 +1082,7 @@ pub fn serve(listen: SocketAddr, capture: Option<plan::Capture>) -> Result<()> {
 /// ends; an instance unpinned or re-pinned is let go within a second.
 fn watch_pinned(stop: &AtomicBool, cap: plan::Capture, captures: &serve::Captures) -> Result<()> {
     let ksyms = host::load_kallsyms()?;
-    let mut watches: Vec<session::Watch> = Vec::new();
+    let mut watches: Vec<session::watch::Watch> = Vec::new();
     // Functions not watched, and what was said about each (said once).
     let mut said: std::collections::HashMap<FuncName, String> = Default::default();
     let mut next_scan = std::time::Instant::now();
@@ -1156,7 +1156,7 @@ fn watch_pinned(stop: &AtomicBool, cap: plan::Capture, captures: &serve::Capture
         }
         let due = watches
             .iter()
-            .map(session::Watch::due)
+            .map(session::watch::Watch::due)
             .fold(next_scan, std::cmp::Ord::min);
         std::thread::sleep(
             due.saturating_duration_since(std::time::Instant::now())
@@ -1172,7 +1172,7 @@ fn start_watch(
     func: &FuncName,
     cap: plan::Capture,
     ksyms: &Kallsyms,
-) -> Result<std::result::Result<session::Watch, String>> {
+) -> Result<std::result::Result<session::watch::Watch, String>> {
     let lock = match pin::Lock::try_take_for_serve(func)? {
         Ok(lock) => lock,
         Err(holder) => return Ok(Err(holder)),
@@ -1183,5 +1183,5 @@ fn start_watch(
         return Err(Error::msg("it was re-pinned meanwhile"));
     }
     let mapper = pinned_mapper(&inst)?;
-    session::Watch::new(inst, id, lock, mapper, cap.trigger, cap.max_rate, ksyms).map(Ok)
+    session::watch::Watch::new(inst, id, lock, mapper, cap.trigger, cap.max_rate, ksyms).map(Ok)
 }

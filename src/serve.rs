@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::funcname::FuncName;
 use crate::report::openmetrics::{CaptureSeries, CONTENT_TYPE};
 use crate::report::pprof::{self, Key};
-use crate::session::Captured;
+use crate::session::watch::Captured;
 
 /// How long a wait for a request lasts before the stop flag is checked.
 const POLL: Duration = Duration::from_millis(200);

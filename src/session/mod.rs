@@ -11,7 +11,7 @@ mod poll_bench;
 mod rates;
 mod state;
 mod trigger;
-mod watch;
+pub(crate) mod watch;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +31,6 @@ use crate::report::{Baseline, RunInfo};
 use crate::symbolize::Symbols;
 
 pub(crate) use trigger::{Config as TriggerConfig, Trigger};
-pub(crate) use watch::{Captured, Watch};
 
 use capture::Capture;
 use poll::Poller;
