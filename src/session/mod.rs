@@ -370,13 +370,16 @@ pub(crate) fn run(
         Ok(())
     })();
 
-    // Detach first so the final reading is complete and exact.
+    // Detach first so the final reading is complete and exact: the
+    // program's run count too, which then equals the calls counted plus
+    // the own calls left out (the companion goes with the link).
     probe.maps().own(0);
-    let prog = probe.prog_stats().since(&base_prog);
     let companion = probe.companion_stats();
     let failed = looped.err();
+    let detached = probe.detach();
+    let prog = probe.prog_stats().since(&base_prog);
     let (totals, stats) = match (|| {
-        probe.detach()?;
+        detached?;
         stacks.drain(ksyms, mapper, &mut state)?;
         let totals = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
         Ok((totals, poller.stats(probe.maps())?.since(&base_stats)))
