@@ -688,6 +688,20 @@ impl Maps {
         self.steer(Some(tgid), None);
     }
 
+    /// Whether a call site was first counted as pending since the last
+    /// call (the BPF side sets the flag; this clears it, before the poll
+    /// that resolves the site reads the pending counts).
+    pub(crate) fn take_new_sites(&self) -> bool {
+        // SAFETY: a field of the .bss mapping, alive as long as self; an
+        // aligned u32 the BPF side only ever sets to 1.
+        let flag = unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!(
+                (*self.bss_mem.ptr).new_sites
+            ))
+        };
+        flag.swap(0, Ordering::SeqCst) != 0
+    }
+
     /// Takes `pid` out of the pid filter: its process exited, and a new one
     /// given the same pid must not count.
     pub(crate) fn drop_pid(&self, pid: u32) -> Result<()> {

@@ -39,17 +39,25 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
     }
     with_probe(|p| {
         let a = 0xffffffff81000123;
+        assert!(!p.maps().take_new_sites());
         p.test_count(a, 3);
         assert_eq!(p.maps().pending().unwrap(), vec![(a, 3)]);
         assert!(p.maps().counts().unwrap().iter().all(|&n| n == 0));
+        // The site's first call raised the flag that has it resolved soon;
+        // taking it clears it, and the site's later calls leave it down.
+        assert!(p.maps().take_new_sites());
+        assert!(!p.maps().take_new_sites());
+        p.test_count(a, 1);
+        assert!(!p.maps().take_new_sites());
 
         p.maps().add_site(a, 7).unwrap();
         p.test_count(a, 5);
         assert_eq!(p.maps().counts().unwrap()[7], 5);
+        assert!(!p.maps().take_new_sites());
         // The pending count is frozen once the site is known.
-        assert_eq!(p.maps().pending().unwrap(), vec![(a, 3)]);
+        assert_eq!(p.maps().pending().unwrap(), vec![(a, 4)]);
         // Only the calls before the cache knew the site took the slow path.
-        assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 3);
+        assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 4);
     });
 }
 

@@ -68,6 +68,13 @@ __u64 site_cache[TD_SITE_CACHE];
  */
 __u32 entry_off;
 
+/*
+ * Set when a call site is first counted as pending (mmap'ed .bss): user
+ * space, whatever its print interval, clears it and resolves the new
+ * sites within a tick, so their calls leave the pending path soon.
+ */
+__u32 new_sites;
+
 /* The deeper-frame rules; see td_deep. */
 struct td_deep deep;
 
@@ -636,24 +643,31 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 	return 0;
 }
 
+/* How count_in counted a call. */
+enum td_counted {
+	TD_COUNT_FULL,		/* not: the table is full */
+	TD_COUNT_ADDED,
+	TD_COUNT_INSERTED,	/* the key's first call on this CPU */
+};
+
 /*
  * Adds a call to `key`'s count in per-CPU hash `map` (pending, early),
- * inserting the key on its first call; false where the table is full.
+ * inserting the key on its first call.
  */
-static __always_inline bool count_in(void *map, void *key)
+static __always_inline enum td_counted count_in(void *map, void *key)
 {
 	__u64 one = 1, *p;
 
 	if ((p = bpf_map_lookup_elem(map, key))) {
 		(*p)++;
 	} else if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0) {
-		/* counted */
+		return TD_COUNT_INSERTED;
 	} else if ((p = bpf_map_lookup_elem(map, key))) {
 		(*p)++;		/* lost a race to insert */
 	} else {
-		return false;
+		return TD_COUNT_FULL;
 	}
-	return true;
+	return TD_COUNT_ADDED;
 }
 
 /*
@@ -889,8 +903,15 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		return r;
 	}
 	/* First calls from a site: counted per address until resolved. */
-	if (count_in(&pending, &ret))
+	switch (count_in(&pending, &ret)) {
+	case TD_COUNT_INSERTED:
+		*(volatile __u32 *)&new_sites = 1;
 		return TD_SLOT_NONE;
+	case TD_COUNT_ADDED:
+		return TD_SLOT_NONE;
+	default:
+		break;
+	}
 	c->n[TD_SLOT_SITES_FULL]++;
 	return TD_SLOT_SITES_FULL;
 }

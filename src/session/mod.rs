@@ -303,6 +303,14 @@ pub(crate) fn run(
                 probe.maps().own(own);
                 waited?;
                 stacks.absorb(ksyms, mapper, &mut state);
+                // New call sites are resolved within a tick whatever the
+                // print interval: until then each of their calls takes the
+                // pending path, several times the cost of a resolved one.
+                // (Ticks poll anyway.)
+                let ticking = state.auto() || state.target().is_some();
+                if !ticking && probe.maps().take_new_sites() {
+                    poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
+                }
                 continue;
             }
             let cur = poller.totals(probe.maps(), ksyms, mapper, Some(&mut stacks.symbols))?;
