@@ -1,0 +1,194 @@
+# Many-caller overhead benchmark, beside overhead.sh's one-caller vfs_read loop (prints
+# figures; it checks only that every measurement was made and that topdown counted
+# every call its program ran for). Functions with many callers (kmem_cache_free, kfree,
+# dput: tens of call sites each, some reached by tail jumps, in process and interrupt
+# context) under a mixed busybox workload on CPU 0: find and ls -lR over a tree of
+# files, cat of /proc/*/stat, forks of sh, md5sum and cp -r of the tree.
+# Per function, in interleaved rounds (topdown, bpftrace, topdown, ...):
+#   - topdown FUNC --no-profile --fentry --no-auto (tier 1: counting only), with the
+#     bare per-CPU counter beside it (--companion bare); the counting program's cost per
+#     call (kernel.bpf_stats_enabled=1: run_time_ns / run_cnt, read with bpftool) and
+#     the bare counter's, over WINDOWS windows of one workload pass each, after a first
+#     pass that lets topdown resolve the call sites; each figure is the median over the
+#     windows of every round; and the first pass's own cost per call (its call sites
+#     new: their calls take the pending path until a poll resolves them), and the whole
+#     run's (the summary's figure);
+#   - bpftrace's `fentry:FUNC { @n = count(); }` over the same windows, if the guest has
+#     bpftrace (tests/guest/run --bpftrace).
+# Besides, topdown's own account of the run: calls counted, call sites (reasons), calls
+# the site cache did not serve (uncached) and topdown's own calls, left out.
+# case-timeout: 1500
+. "$TD_LIB"
+need_cmd topdown taskset bpftool find md5sum
+FUNCS=${TD_BENCH_FUNCS:-kmem_cache_free kfree dput}
+need_func $FUNCS
+
+if [ -n "${TD_ICOUNT:-}" ]; then
+	ROUNDS=${TD_BENCH_ROUNDS:-1}
+	WINDOWS=${TD_BENCH_WINDOWS:-3}
+else
+	ROUNDS=${TD_BENCH_ROUNDS:-3}
+	WINDOWS=${TD_BENCH_WINDOWS:-5}
+fi
+echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
+
+# The tree the workload walks and copies: the guest's own small files.
+tree=$TD_TMP/tree
+mkdir -p "$tree"
+cp -r /etc /cases /bench "$tree/" 2>/dev/null
+cp "/boot/config-$TD_KERNEL" "$tree/" 2>/dev/null
+for d in 1 2 3 4; do cp -r "$tree/cases" "$tree/copy$d"; done
+
+# mixed: one pass of the workload, on CPU 0.
+mixed() {
+	taskset -c 0 sh -c '
+		find "$1" >/dev/null
+		ls -lR "$1" >/dev/null
+		cat /proc/[0-9]*/stat >/dev/null 2>&1
+		i=0
+		while [ $i -lt 20 ]; do sh -c : ; i=$((i + 1)); done
+		find "$1" -type f | xargs md5sum >/dev/null
+		rm -rf "$1.cp" && cp -r "$1" "$1.cp" && rm -rf "$1.cp"
+	' mixed "$tree" || fail "the workload failed"
+}
+
+bt=
+if command -v bpftrace >/dev/null 2>&1; then
+	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
+	bt_fentry=kfunc
+	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
+	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
+	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+	bt=1
+else
+	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
+fi
+
+# progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
+progs() {
+	bpftool prog show 2>/dev/null |
+		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
+}
+prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
+
+# windows FUNC ROUND KIND:ID...: WINDOWS passes of the workload; per pass and program,
+# "FUNC ROUND KIND NS_PER_CALL CALLS" in results.
+windows() {
+	_f=$1 _r=$2
+	shift 2
+	progs >"$TD_TMP/snap0"
+	_w=0
+	while [ $_w -lt "$WINDOWS" ]; do
+		_w=$((_w + 1))
+		mixed
+		progs >"$TD_TMP/snap1"
+		for _p in "$@"; do
+			awk -v id="${_p#*:}" -v what="$_f $_r ${_p%%:*}" '
+				FILENAME != f { n++; f = FILENAME }
+				$1 == id { t[n] = $3; c[n] = $4 }
+				END {
+					if (c[2] - c[1] < 100) {
+						printf "program %s ran %d times in a pass\n", id, c[2] - c[1]
+						exit 1
+					}
+					printf "%s %.1f %d\n", what, (t[2] - t[1]) / (c[2] - c[1]), c[2] - c[1]
+				}' "$TD_TMP/snap0" "$TD_TMP/snap1" >"$TD_TMP/window" || fail "$(cat "$TD_TMP/window")"
+			cat "$TD_TMP/window" >>"$TD_TMP/results"
+		done
+		mv "$TD_TMP/snap1" "$TD_TMP/snap0"
+	done
+}
+
+# td_round FUNC ROUND KIND ARGS: topdown FUNC ARGS, its figures as KIND (the bare
+# counter's as KIND.bare).
+td_round() {
+	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
+	rm -f "$TD_OUT" "$TD_ERR"
+	# shellcheck disable=SC2086
+	taskset -c 0 topdown "$1" --no-profile -q --fentry --companion bare $4 --json \
+		>"$TD_OUT" 2>"$TD_ERR" &
+	TD_PID=$!
+	wait_line "$TD_ERR" "Ctrl-C to end"
+	prog=$(progs | awk '$2 ~ /^td_fentry(_nl)?$/ { m = $2 } END { print m }')
+	[ -n "$prog" ] || fail "topdown $1: no td_fentry program loaded: $(progs)"
+	# The first pass: its call sites are new, resolved by the polls meanwhile.
+	_windows=$WINDOWS WINDOWS=1
+	windows "$1" "$2" "$3.first:$(prog_id "^$prog\$")"
+	WINDOWS=$_windows
+	sleep 1.5
+	windows "$1" "$2" "$3:$(prog_id "^$prog\$")" "$3.bare:$(prog_id '^td_bare_fentry$')"
+	td_stop INT >/dev/null
+	[ "$TD_RC" = 0 ] || fail "topdown $1 exited with $TD_RC: $(cat "$TD_ERR")"
+	total=$(summary_num total) own=$(summary_num own_calls)
+	runs=$(echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' | sed -nE 's/.*"run_cnt":([0-9]+).*/\1/p')
+	[ "$((total + own))" = "$runs" ] ||
+		fail "topdown $1: $total calls counted + $own own calls, but its program ran $runs times"
+	# the whole run's cost per call, warm-up pass and all (the summary's figure)
+	whole=$(echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
+		sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' | awk '{ printf "%.1f", $2 / $1 }')
+	echo "$1 $2 $3.account $total $(summary_num uncached) $own $(reason_rows) $whole" >>"$TD_TMP/results"
+}
+
+# bt_round FUNC ROUND
+bt_round() {
+	out=$TD_TMP/bt.out
+	rm -f "$out"
+	__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$bt_fentry:$1 { @n = count(); }" >"$out" 2>&1 &
+	pid=$!
+	k=0
+	until grep -qs "$bt_attached" "$out"; do
+		kill -0 $pid 2>/dev/null || fail "bpftrace on $1 ended: $(cat "$out")"
+		k=$((k + 1))
+		[ $k -lt 1200 ] || fail "bpftrace on $1 did not attach within 120 s"
+		sleep 0.1
+	done
+	sleep $bt_settle
+	id=$(progs | sort -k4 -n | tail -1 | cut -d' ' -f1)
+	windows "$1" "$2" "bt:$id"
+	kill -INT $pid
+	wait $pid
+}
+
+: >"$TD_TMP/results"
+mixed # warm the caches of the tree
+for r in $(seq "$ROUNDS"); do
+	for f in $FUNCS; do
+		td_round "$f" "$r" count --no-auto
+		td_round "$f" "$r" auto "--min-events 1000000000"
+		[ -z "$bt" ] || bt_round "$f" "$r"
+	done
+done
+
+median() {
+	awk -v f="$1" -v k="$2" '$1 == f && $3 == k { print $4 }' "$TD_TMP/results" | sort -n |
+		awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+calls() { awk -v f="$1" -v k="$2" '$1 == f && $3 == k { n += $5; w++ } END { if (w) printf "%d", n / w }' "$TD_TMP/results"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+clock="software emulation (ratios only)"
+[ -z "${TD_ICOUNT:-}" ] || clock="software emulation, the guest's clock counting instructions (-icount $TD_ICOUNT: ratios only, repeatable)"
+echo "bench: kernel $TD_KERNEL, CPU 0, $ROUNDS interleaved rounds, $clock; BPF: the median over $WINDOWS passes a round of a mixed workload (find, ls -lR, cat /proc/*/stat, 20 forks of sh, md5sum, cp -r)"
+for f in $FUNCS; do
+	b=$(median "$f" bt)
+	for k in count auto; do
+		case $k in
+		count) what="tier 1, counting only (--no-auto)" ;;
+		auto) what="tier 1 with its 50 ms polls, capture never on (--min-events 1000000000)" ;;
+		esac
+		td=$(median "$f" $k) bare=$(median "$f" $k.bare)
+		# shellcheck disable=SC2046
+		set -- $(awk -v f="$f" -v k="$k.account" '$1 == f && $3 == k { t += $4; u += $5; o += $6; if ($7 > s) s = $7; print $8 >"/dev/stderr" } END { printf "%d %d %d %d", t, u, o, s }' "$TD_TMP/results" 2>"$TD_TMP/whole")
+		line="bench: $f, $4 callers, $(calls "$f" $k) calls a pass: topdown $what $td ns/call = $(ratio "$td" "$bare")x the bare fentry counter beside it ($bare ns)"
+		[ -z "$b" ] || line="$line = $(ratio "$td" "$b")x bpftrace $bt_version $bt_fentry:$f { @n = count(); } ($b ns)"
+		whole=$(sort -n "$TD_TMP/whole" | awk '{ v[NR] = $1 } END { printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+		first=$(median "$f" $k.first)
+		line="$line; first pass (new call sites) $first ns/call"
+		[ -z "$b" ] || line="$line = $(ratio "$first" "$b")x"
+		line="$line; whole run, first pass and all: $whole ns/call"
+		[ -z "$b" ] || line="$line = $(ratio "$whole" "$b")x"
+		echo "$line; over its runs: $1 calls counted, $2 uncached, $3 own calls left out"
+	done
+done
+echo 0 >/proc/sys/kernel/bpf_stats_enabled
+exit 0
