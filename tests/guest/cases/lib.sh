@@ -106,15 +106,24 @@ esac
 # between kernel versions (the ones that did not: folio_remove_rmap_ptes for a partial
 # unmap, collapse_huge_page for MADV_COLLAPSE):
 #   TD_THP_FAULT  the THP fault path's: do_huge_pmd_anonymous_page up to 6.x (with
-#                 __do_huge_pmd_anonymous_page inlined), map_anon_folio_pmd_pf from 7.x on
-#                 (with map_anon_folio_pmd_nopf inlined into it on Debian's builds);
+#                 __do_huge_pmd_anonymous_page inlined), map_anon_folio_pmd_pf from 7.x on;
+#   TD_THP_FAULT_REASON  the reason topdown counts that path's calls under: from 7.x
+#                 on x86-64, map_anon_folio_pmd_pf calls map_anon_folio_pmd_nopf, which
+#                 ends in a jump to deferred_split_folio (a tail call; arm64 makes none);
+#   TD_THP_COLLAPSE_REASON  MADV_COLLAPSE's: collapse_huge_page, or where it too calls
+#                 map_anon_folio_pmd_nopf, the same reason as the fault's (TD_THP_MERGED=1);
 #   TD_ZAP_WALK   the page-table walk of a zap: unmap_page_range, from 7.x on
 #                 __zap_vma_range.
 thp_callers() {
 	TD_THP_FAULT=do_huge_pmd_anonymous_page TD_ZAP_WALK=unmap_page_range
 	grep -q " [tT] map_anon_folio_pmd_pf\$" /proc/kallsyms && TD_THP_FAULT=map_anon_folio_pmd_pf
 	grep -q " [tT] __zap_vma_range\$" /proc/kallsyms && TD_ZAP_WALK=__zap_vma_range
-	echo "thp callers here: fault $TD_THP_FAULT, zap walk $TD_ZAP_WALK"
+	TD_THP_FAULT_REASON=$TD_THP_FAULT TD_THP_COLLAPSE_REASON=collapse_huge_page TD_THP_MERGED=
+	if [ "$TD_ARCH" = amd64 ] && grep -q " [tT] map_anon_folio_pmd_nopf\$" /proc/kallsyms; then
+		TD_THP_FAULT_REASON="map_anon_folio_pmd_nopf (tail call)"
+		TD_THP_COLLAPSE_REASON=$TD_THP_FAULT_REASON TD_THP_MERGED=1
+	fi
+	echo "thp callers here: fault $TD_THP_FAULT (reason: $TD_THP_FAULT_REASON), zap walk $TD_ZAP_WALK"
 }
 
 # ------------------------------------------------------------------ topdown helpers
