@@ -457,16 +457,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         return trace_pinned(t);
     }
     let stop = stop_on_signals()?;
-    let info = RunInfo {
-        kernel: pin::kernel_and_boot().0,
-        profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
-        system: system_state(
-            t.files.save.is_some() || t.session.baseline.is_some(),
-            &knobs_of(&t.target),
-            t.filter.cgroup.as_ref().map(|c| c.path.as_path()),
-        ),
-        fix: t.fix.clone(),
-    };
+    let info = run_info(&t);
     warn_baseline(t.session.baseline.as_ref(), &info);
     let mut storage = Storage::default();
     let extra = Extra {
@@ -532,15 +523,10 @@ fn finish(ended: session::Ended, files: &Files, top: usize) -> Result<Status> {
     }
 }
 
-/// `topdown -x PATH FUNC`: a uprobe at FUNC's entry counts its calls by
-/// caller function, symbolized per process; stacks are user stacks.
-fn trace_user(t: Trace) -> Result<Status> {
-    use libbpf_rs::skel::OpenSkel;
-    let Some(user) = t.target.user.clone() else {
-        return Err(Error::msg("no user-space target"));
-    };
-    let stop = stop_on_signals()?;
-    let info = RunInfo {
+/// What a run is, beside its counts; the system's settings are read only
+/// if a result is saved or compared.
+fn run_info(t: &Trace) -> RunInfo {
+    RunInfo {
         kernel: pin::kernel_and_boot().0,
         profile: t.target.profile.as_ref().map(|p| p.origin.clone()),
         system: system_state(
@@ -549,7 +535,18 @@ fn trace_user(t: Trace) -> Result<Status> {
             t.filter.cgroup.as_ref().map(|c| c.path.as_path()),
         ),
         fix: t.fix.clone(),
+    }
+}
+
+/// `topdown -x PATH FUNC`: a uprobe at FUNC's entry counts its calls by
+/// caller function, symbolized per process; stacks are user stacks.
+fn trace_user(t: Trace) -> Result<Status> {
+    use libbpf_rs::skel::OpenSkel;
+    let Some(user) = t.target.user.clone() else {
+        return Err(Error::msg("no user-space target"));
     };
+    let stop = stop_on_signals()?;
+    let info = run_info(&t);
     warn_baseline(t.session.baseline.as_ref(), &info);
     let config = Config {
         func_addr: 0,
