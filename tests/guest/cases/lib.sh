@@ -97,8 +97,12 @@ aarch64)
 	TD_ENTRY=el0t_64_sync TD_NOBTF=el0_svc_common.constprop.0 TD_NOBTF_CALLER=do_el0_svc
 	;;
 *)
-	# x64_sys_call is inlined into do_syscall_64 here.
 	TD_ENTRY=entry_SYSCALL_64 TD_NOBTF=__x64_sys_getpid TD_NOBTF_CALLER=do_syscall_64
+	# Where the dispatcher is x64_sys_call (6.9, and stable backports), do_syscall_64
+	# calls it and its switch jumps to the wrapper: topdown names the jumping function.
+	if grep -q ' [tT] x64_sys_call$' /proc/kallsyms; then
+		TD_NOBTF_CALLER="x64_sys_call (tail call)"
+	fi
 	;;
 esac
 
