@@ -86,6 +86,21 @@ need_func() {
 	done
 }
 
+# need_madvise ADVICE: skip unless the kernel takes madvise advice ADVICE, which a
+# workload uses: MADV_COLLAPSE (Linux 6.1; thp --collapse) or MADV_POPULATE_WRITE
+# (5.14; faults populate). Tried once on a small region: EINVAL means it is unknown.
+need_madvise() {
+	case $1 in
+	MADV_COLLAPSE) _try="thp --collapse 1" _since=6.1 ;;
+	MADV_POPULATE_WRITE) _try="faults populate 1" _since=5.14 ;;
+	*) fail "need_madvise: unknown advice $1" ;;
+	esac
+	$_try >"$TD_TMP/madvise.out" 2>&1 && return 0
+	grep -q "$1.*Invalid argument" "$TD_TMP/madvise.out" &&
+		skip "no $1 in $TD_KERNEL (Linux $_since)"
+	fail "$_try: $(cat "$TD_TMP/madvise.out")"
+}
+
 # Kernel symbols that play the same part on each architecture (uname -m):
 #   TD_ENTRY         the system call entry: in kallsyms, neither in BTF nor kprobe-able;
 #   TD_NOBTF         in kallsyms but not in BTF, kprobe-able, called once per system call

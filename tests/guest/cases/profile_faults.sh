@@ -12,6 +12,7 @@
 # __get_user_pages to madvise.
 . "$TD_LIB"
 need_cmd topdown faults
+need_madvise MADV_POPULATE_WRITE
 need_func handle_mm_fault
 
 N=300

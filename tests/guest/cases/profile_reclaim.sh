@@ -96,6 +96,7 @@ run() {
 
 echo +memory >$CG/cgroup.subtree_control
 mkdir $CG/td || fail "mkdir $CG/td"
+[ -e $CG/td/memory.reclaim ] || { rmdir $CG/td; skip "no memory.reclaim in $TD_KERNEL (cgroup v2 proactive reclaim, Linux 5.19)"; }
 
 # PROACTIVE: 32 MB lazyfree in the cgroup, 16 MB asked back through memory.reclaim.
 hog_start $CG/td -l 32 -w

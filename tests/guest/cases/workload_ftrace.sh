@@ -2,6 +2,7 @@
 # of the kernel functions the workloads are meant to hit, by caller.
 . "$TD_LIB"
 need_cmd thp readloop
+need_madvise MADV_COLLAPSE
 
 # readloop N: exactly N calls of vfs_read, all from ksys_read.
 ftrace_calls vfs_read readloop 500 >out.txt

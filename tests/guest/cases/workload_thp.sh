@@ -2,6 +2,7 @@
 # the expected amounts (nothing else in the guest uses THPs).
 . "$TD_LIB"
 need_cmd thp
+need_madvise MADV_COLLAPSE
 
 run_thp() {
 	# run_thp FAULT_ALLOC COLLAPSE_ALLOC SPLIT_PMD ARGS...
