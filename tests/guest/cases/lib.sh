@@ -121,6 +121,41 @@ aarch64)
 	;;
 esac
 
+# split_fn: sets TD_SPLIT to this kernel's THP deferred-split function, the one the
+# thp workload's counts are known for: deferred_split_folio (6.12 on: once per THP
+# fault, half unmap and collapse), or deferred_split_huge_page (6.1, 5.10: called by
+# page_remove_rmap for every PTE-mapped page of a THP it unmaps, 256 at each half unmap
+# and 256 more at exit; never at fault or collapse time, so faults add no call). Skips
+# if the kernel has neither.
+split_fn() {
+	if grep -q " [tT] deferred_split_folio\$" /proc/kallsyms; then
+		TD_SPLIT=deferred_split_folio
+	elif grep -q " [tT] deferred_split_huge_page\$" /proc/kallsyms; then
+		TD_SPLIT=deferred_split_huge_page
+	else
+		skip "neither deferred_split_folio nor deferred_split_huge_page in $TD_KERNEL"
+	fi
+}
+
+# Deeper-frame rules that tell deferred_split_huge_page's calls apart (6.1, 5.10; all
+# from page_remove_rmap): MUNMAP under unmap_region, EXIT under exit_mmap; a half
+# MADV_DONTNEED keeps the caller's name, page_remove_rmap.
+TD_RULES_61="MUNMAP=page_remove_rmap@unmap_region/8;EXIT=page_remove_rmap@exit_mmap/8"
+
+# held_dontneeds K: K thp processes one after another, each a half MADV_DONTNEED (on
+# 6.1 and 5.10: 256 calls of deferred_split_huge_page at once) that then holds its exit
+# (the other 256); waits for each to be done; their pids are added to $held_pids.
+held_dontneeds() {
+	_k=0
+	while [ $_k -lt "$1" ]; do
+		rm -f "$TD_TMP/held.out"
+		thp --dontneed-halves 1 --hold-ms 600000 >"$TD_TMP/held.out" 2>&1 &
+		held_pids="$held_pids $!"
+		wait_line "$TD_TMP/held.out" "^thp: faults=0 munmap_halves=0 dontneed_halves=1 "
+		_k=$((_k + 1))
+	done
+}
+
 # thp_callers: sets the callers of deferred_split_folio for the thp workload that moved
 # between kernel versions (the ones that did not: folio_remove_rmap_ptes for a partial
 # unmap, collapse_huge_page for MADV_COLLAPSE):
@@ -253,4 +288,15 @@ summary_str() {
 # td_progs: how many BPF programs of topdown's (named td_*) are loaded.
 td_progs() {
 	bpftool prog show 2>/dev/null | grep -c ' name td_'
+}
+
+# expect_progs NAME WANT: td_progs is WANT, waiting up to 5 s for it: 5.10 frees a
+# program by an RCU callback after its last link or pin is gone.
+expect_progs() {
+	_i=0
+	while [ "$(td_progs)" != "$2" ] && [ $_i -lt 50 ]; do
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	expect_eq "$1" "$(td_progs)" "$2"
 }

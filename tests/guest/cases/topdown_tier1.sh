@@ -1,10 +1,57 @@
-# Tier 1, auto reasons: exact per-caller counts of deferred_split_folio for the THP
-# workload, in fentry and in kprobe mode, ended by SIGINT with exit status 0. Both
-# modes run with capture possible (the counting path with the stack gate); kprobe runs
-# again with --no-auto, where the path has no gate.
+# Tier 1, auto reasons: exact per-caller counts of the THP deferred-split function for
+# the THP workload, in fentry and in kprobe mode, ended by SIGINT with exit status 0.
+# Both modes run with capture possible (the counting path with the stack gate); kprobe
+# runs again with --no-auto, where the path has no gate. On 6.1 and 5.10 the function
+# is deferred_split_huge_page, which page_remove_rmap calls for every PTE-mapped page
+# of a THP it unmaps (256 at each half unmap, 256 more at exit; THP faults make none),
+# and the built-in profile names them all ZAP.
 . "$TD_LIB"
 need_cmd topdown thp
-need_func deferred_split_folio
+split_fn
+
+if [ $TD_SPLIT = deferred_split_huge_page ]; then
+	F=3 P=2 Q=2
+	want=$(((P + Q) * 512))
+	for run in fentry kprobe "kprobe --no-auto"; do
+		mode=${run%% *}
+		# shellcheck disable=SC2086 # the run's words are separate arguments
+		td_start $TD_SPLIT --$run --no-profile
+		grep -q "$TD_SPLIT with $mode" "$TD_ERR" || fail "header does not name $mode: $(cat "$TD_ERR")"
+		thp --faults $F --munmap-halves $P --dontneed-halves $Q || fail "thp failed"
+		td_stop INT
+		expect_eq "$run: exit status" "$TD_RC" 0
+		expect_eq "$run: page_remove_rmap" "$(reason_count page_remove_rmap)" $want
+		expect_eq "$run: total" "$(summary_num total)" $want
+		expect_eq "$run: reasons" "$(reason_rows)" 1
+		expect_eq "$run: caller not found" "$(summary_num caller_not_found)" 0
+		expect_eq "$run: sites full" "$(summary_num sites_full)" 0
+		expect_eq "$run: recursion misses" "$(summary_num recursion_misses)" 0
+		expect_eq "$run: mode in summary" "$(summary_str mode)" $mode
+		# The one caller has every call: hot, so its stacks are captured unless
+		# --no-auto.
+		phase="stack capture"
+		[ "$run" != "kprobe --no-auto" ] || phase=counting
+		expect_eq "$run: phase" "$(summary_str phase)" "$phase"
+
+		# shellcheck disable=SC2086
+		td_start $TD_SPLIT --$run
+		thp --faults $F --munmap-halves $P --dontneed-halves $Q || fail "thp failed"
+		td_stop INT
+		expect_eq "$run profile: ZAP" "$(reason_count ZAP)" $want
+		expect_eq "$run profile: rows" "$(reason_rows)" 1
+		expect_eq "$run profile: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+	done
+	# Past --max-reasons, callers would share an OTHER row; page_remove_rmap is the
+	# only caller here, so the one row keeps every call.
+	td_start $TD_SPLIT --no-profile --max-reasons 1
+	thp --faults $F --munmap-halves $P --dontneed-halves $Q || fail "thp failed"
+	td_stop INT
+	expect_eq "max-reasons 1: rows" "$(reason_rows)" 1
+	expect_eq "max-reasons 1: page_remove_rmap" "$(reason_count page_remove_rmap)" $want
+	expect_eq "max-reasons 1: OTHER" "$(reason_count OTHER)" 0
+	exit 0
+fi
+
 thp_callers
 
 F=3 P=2 Q=2 C=2
