@@ -1,10 +1,107 @@
 # Reason profiles: the built-in profile of deferred_split_folio gives exact named counts
 # (FAULT_ALLOC = F+P+Q, ZAP = P+Q, MADV_COLLAPSE = C) in both modes; a user profile
 # file and inline rules (with a deeper-frame rule) give their own exact tables, with
-# unlisted callers on rows of their own; bad profiles are one-line errors.
+# unlisted callers on rows of their own; bad profiles are one-line errors. On 6.1 and
+# 5.10 the function is deferred_split_huge_page, which page_remove_rmap calls for every
+# PTE-mapped page of a THP it unmaps (256 at each half unmap, 256 more at exit, none
+# at a THP fault): there the deeper frames tell the calls apart (munmap: under
+# unmap_region; exit: under exit_mmap; MADV_DONTNEED: neither).
 . "$TD_LIB"
 need_cmd topdown thp
-need_func deferred_split_folio
+split_fn
+
+# bad_profiles: bad profiles are one line naming the place, exit status 1.
+bad_profiles() {
+	printf 'version = 1\n[[reason]]\nname = "A"\ncallers = ["x"]\ncolour = 1\n' >"$TD_TMP/bad.toml"
+	topdown $TD_SPLIT --reasons "$TD_TMP/bad.toml" >"$TD_TMP/out" 2>"$TD_TMP/err"
+	expect_eq "bad file: exit status" $? 1
+	expect_eq "bad file: lines" "$(wc -l <"$TD_TMP/err")" 1
+	grep -q "bad.toml:5:" "$TD_TMP/err" || fail "bad file: no line number: $(cat "$TD_TMP/err")"
+	topdown $TD_SPLIT --rules 'ZAP=a@b/99' >"$TD_TMP/out" 2>"$TD_TMP/err"
+	expect_eq "bad rules: exit status" $? 1
+	grep -q "depth 99" "$TD_TMP/err" || fail "bad rules: $(cat "$TD_TMP/err")"
+}
+
+if [ $TD_SPLIT = deferred_split_huge_page ]; then
+	F=3 P=2 Q=2
+	run_thp() { thp --faults $F --munmap-halves $P --dontneed-halves $Q || fail "thp failed"; }
+	for mode in fentry kprobe; do
+		td_start $TD_SPLIT --$mode
+		run_thp
+		td_stop INT
+		expect_eq "$mode: exit status" "$TD_RC" 0
+		expect_eq "$mode: ZAP" "$(reason_count ZAP)" $((512 * (P + Q)))
+		expect_eq "$mode: rows" "$(reason_rows)" 1
+		expect_eq "$mode: total" "$(summary_num total)" $((512 * (P + Q)))
+		expect_eq "$mode: caller not found" "$(summary_num caller_not_found)" 0
+		expect_eq "$mode: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+	done
+
+	# A user profile file: one named reason, by a deeper frame; the caller's other
+	# calls keep a row of their own.
+	cat >"$TD_TMP/p.toml" <<'TOML'
+version = 1
+function = "deferred_split_huge_page"
+
+[[reason]]
+name = "EXIT"
+description = "rmap removal of THP pages at process exit"
+callers = ["page_remove_rmap"]
+within = ["exit_mmap"]
+depth = 8
+TOML
+	td_start $TD_SPLIT --reasons "$TD_TMP/p.toml"
+	run_thp
+	td_stop INT
+	expect_eq "file: EXIT" "$(reason_count EXIT)" $((256 * (P + Q)))
+	expect_eq "file: page_remove_rmap" "$(reason_count page_remove_rmap)" $((256 * (P + Q)))
+	expect_eq "file: rows" "$(reason_rows)" 2
+
+	# Inline rules with deeper frames: munmap under unmap_region, exit under exit_mmap;
+	# MADV_DONTNEED's calls keep the caller's own name (the rules have no default).
+	td_start $TD_SPLIT --rules "$TD_RULES_61"
+	run_thp
+	td_stop INT
+	expect_eq "inline: MUNMAP" "$(reason_count MUNMAP)" $((256 * P))
+	expect_eq "inline: page_remove_rmap" "$(reason_count page_remove_rmap)" $((256 * Q))
+	expect_eq "inline: EXIT" "$(reason_count EXIT)" $((256 * (P + Q)))
+	expect_eq "inline: rows" "$(reason_rows)" 3
+	expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+
+	# Calls before the rules are in (see below): one munmap half and one MADV_DONTNEED
+	# half per process, 256 calls each, from before topdown starts: MUNMAP and
+	# page_remove_rmap stay within one process's 256 of each other, where calls counted
+	# by their caller alone would all have gone to page_remove_rmap.
+	for mode in fentry kprobe; do
+		rm -f "$TD_TMP/stop"
+		(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
+		loop=$!
+		sleep 1
+		td_start $TD_SPLIT --$mode --rules "$TD_RULES_61"
+		sleep 2
+		touch "$TD_TMP/stop"
+		wait $loop || { cat "$TD_TMP/loop.out"; fail "the thp loop failed"; }
+		td_stop INT
+		m=$(reason_count MUNMAP)
+		d=$(reason_count page_remove_rmap)
+		[ "$m" -gt 512 ] || fail "early, $mode: only $m MUNMAP calls counted"
+		[ $((m - d)) -ge -256 ] && [ $((m - d)) -le 256 ] || fail "early, $mode: MUNMAP $m against page_remove_rmap $d"
+		echo "ok: early, $mode: MUNMAP $m, page_remove_rmap $d, EXIT $(reason_count EXIT)"
+		expect_eq "early, $mode: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+		expect_eq "early, $mode: caller not found" "$(summary_num caller_not_found)" 0
+	done
+
+	topdown $TD_SPLIT --list-reasons >"$TD_TMP/list" 2>&1
+	expect_eq "--list-reasons: exit status" $? 0
+	cat "$TD_TMP/list"
+	for want in ZAP UNMAP page_remove_rmap unmap_page_range; do
+		grep -q "$want" "$TD_TMP/list" || fail "--list-reasons does not show $want"
+	done
+	expect_eq "programs left after --list-reasons" "$(td_progs)" 0
+	bad_profiles
+	exit 0
+fi
+
 thp_callers
 
 F=3 P=2 Q=2 C=2
@@ -91,13 +188,6 @@ for want in FAULT_ALLOC ZAP MADV_COLLAPSE do_huge_pmd_anonymous_page folio_remov
 done
 expect_eq "programs left after --list-reasons" "$(td_progs)" 0
 
-# Bad profiles: one line naming the place, exit status 1.
-printf 'version = 1\n[[reason]]\nname = "A"\ncallers = ["x"]\ncolour = 1\n' >"$TD_TMP/bad.toml"
-topdown deferred_split_folio --reasons "$TD_TMP/bad.toml" >"$TD_TMP/out" 2>"$TD_TMP/err"
-expect_eq "bad file: exit status" $? 1
-expect_eq "bad file: lines" "$(wc -l <"$TD_TMP/err")" 1
-grep -q "bad.toml:5:" "$TD_TMP/err" || fail "bad file: no line number: $(cat "$TD_TMP/err")"
-topdown deferred_split_folio --rules 'ZAP=a@b/99' >"$TD_TMP/out" 2>"$TD_TMP/err"
-expect_eq "bad rules: exit status" $? 1
-grep -q "depth 99" "$TD_TMP/err" || fail "bad rules: $(cat "$TD_TMP/err")"
+# Bad profiles.
+bad_profiles
 exit 0
