@@ -1,11 +1,30 @@
 # Always-on tier 1: topdown pin leaves the counting program in bpffs; show, serve and
-# topdown FUNC read it; unpin removes everything. Exact counts throughout.
+# topdown FUNC read it; unpin removes everything. Exact counts throughout. The THP
+# deferred-split function is deferred_split_folio with its built-in profile (6.12 on),
+# or on 6.1 and 5.10 deferred_split_huge_page pinned with deeper-frame rules: its
+# calls, 256 per PTE-mapped half of a THP unmapped, are MUNMAP (a half munmap),
+# page_remove_rmap (a half MADV_DONTNEED) and EXIT (the other halves at exit); THP
+# faults and collapses make none there.
 . "$TD_LIB"
 need_cmd topdown thp readloop bpftool wget asnobody
-need_func deferred_split_folio vfs_read
+need_func vfs_read
+split_fn
+FN=$TD_SPLIT
 
 F=3 P=2 Q=2 C=2
 ROOT=/sys/fs/bpf/topdown
+if [ $FN = deferred_split_huge_page ]; then
+	PIN_ARGS="--rules $TD_RULES_61"
+	# The workloads: the whole mix (no MADV_COLLAPSE: 5.10 has none, and it makes no
+	# call here), the reader's (one half munmap), the killed reader's (the same, three
+	# times): the stack-on reasons and what the pinned instance counts in the end.
+	MIX="--faults $F --munmap-halves $P --dontneed-halves $Q"
+	READ="--munmap-halves 1" READ_ON=MUNMAP KILLED_ON=EXIT
+else
+	PIN_ARGS=
+	MIX="--faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C"
+	READ="--munmap-halves $P" READ_ON=ZAP KILLED_ON=FAULT_ALLOC
+fi
 
 # expect_fail PATTERN ARGS...: topdown ARGS fails with one line matching PATTERN.
 expect_fail() {
@@ -25,13 +44,13 @@ reason_shown() {
 	echo "${_v:-0}"
 }
 show_json() {
-	SHOWN=$(topdown show deferred_split_folio --json) || fail "show failed"
+	SHOWN=$(topdown show $FN --json) || fail "show failed"
 	echo "show: $SHOWN" | cut -c1-600
 }
 # watch_bytes: the pinned program's watch key (td_watch, in .bss), "0,0,0,0" while no
 # call is sent down its slow path.
 watch_bytes() {
-	bpftool map dump pinned $ROOT/deferred_split_folio/bss | grep -A1 '"why"' | tr -d ' \n' |
+	bpftool map dump pinned $ROOT/$FN/bss | grep -A1 '"why"' | tr -d ' \n' |
 		sed 's/.*\[//; s/\].*//'
 }
 
@@ -39,28 +58,41 @@ expect_eq "nothing pinned" "$(topdown show)" \
 	"nothing is pinned (pin a function with topdown pin FUNC; pins do not survive a reboot)"
 
 # 1. Pinned, then the workload with no topdown process alive: exact per reason.
-topdown pin deferred_split_folio 2>"$TD_TMP/pin.err" || fail "pin failed: $(cat "$TD_TMP/pin.err")"
+# shellcheck disable=SC2086 # PIN_ARGS's words are separate arguments
+topdown pin $FN $PIN_ARGS 2>"$TD_TMP/pin.err" || fail "pin failed: $(cat "$TD_TMP/pin.err")"
 cat "$TD_TMP/pin.err"
 [ -z "$(pidof topdown)" ] || fail "a topdown process is still running"
-expect_eq "pin dir mode" "$(stat -c %a $ROOT/deferred_split_folio)" 700
-expect_eq "pin modes" "$(stat -c %a $ROOT/deferred_split_folio/* | sort -u)" 600
-thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C >/dev/null || fail "thp failed"
+expect_eq "pin dir mode" "$(stat -c %a $ROOT/$FN)" 700
+expect_eq "pin modes" "$(stat -c %a $ROOT/$FN/* | sort -u)" 600
+# shellcheck disable=SC2086
+thp $MIX >/dev/null || fail "thp failed"
 show_json
-expect_eq "pinned: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q))
-expect_eq "pinned: ZAP" "$(reason_shown ZAP)" $((P + Q))
-expect_eq "pinned: MADV_COLLAPSE" "$(reason_shown MADV_COLLAPSE)" $C
-expect_eq "pinned: total" "$(echo "$SHOWN" | grep -o '"total":[0-9]*' | sed 's/.*://')" $((F + 2 * P + 2 * Q + C))
-# FAULT_ALLOC has 7 of 13 calls: the top reason, below the 80% threshold, so not hot.
-expect_eq "pinned: top reason" "$(echo "$SHOWN" | grep -o '"top_reason":"[A-Z_]*"' | sed 's/.*:"//; s/"//')" FAULT_ALLOC
-echo "$SHOWN" | grep -q '"hot_reason":null,"top_reason":"FAULT_ALLOC","top_share":53.846,"threshold":80,' ||
+if [ $FN = deferred_split_huge_page ]; then
+	expect_eq "pinned: MUNMAP" "$(reason_shown MUNMAP)" $((256 * P))
+	expect_eq "pinned: page_remove_rmap" "$(reason_shown page_remove_rmap)" $((256 * Q))
+	expect_eq "pinned: EXIT" "$(reason_shown EXIT)" $((256 * (P + Q)))
+	total=$((512 * (P + Q)))
+	# EXIT has half of the calls: the top reason, below the 80% threshold, so not hot.
+	top=EXIT share=50
+else
+	expect_eq "pinned: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q))
+	expect_eq "pinned: ZAP" "$(reason_shown ZAP)" $((P + Q))
+	expect_eq "pinned: MADV_COLLAPSE" "$(reason_shown MADV_COLLAPSE)" $C
+	total=$((F + 2 * P + 2 * Q + C))
+	# FAULT_ALLOC has 7 of 13 calls: the top reason, below the 80% threshold, so not hot.
+	top=FAULT_ALLOC share=53.846
+fi
+expect_eq "pinned: total" "$(echo "$SHOWN" | grep -o '"total":[0-9]*' | sed 's/.*://')" $total
+expect_eq "pinned: top reason" "$(echo "$SHOWN" | grep -o '"top_reason":"[A-Z_a-z]*"' | sed 's/.*:"//; s/"//')" $top
+echo "$SHOWN" | grep -q "\"hot_reason\":null,\"top_reason\":\"$top\",\"top_share\":$share,\"threshold\":80," ||
 	fail "pinned: hot reason not null below the threshold"
-topdown show | grep -q "^deferred_split_folio: 13 calls in .* since it was pinned" || fail "no text show: $(topdown show)"
+topdown show | grep -q "^$FN: $total calls in .* since it was pinned" || fail "no text show: $(topdown show)"
 
 # 2. Bad input: one line, nothing changed.
-expect_fail "deferred_split_folio is already pinned" pin deferred_split_folio
+expect_fail "$FN is already pinned" pin $FN
 expect_fail "vfs_read is not pinned" show vfs_read
 expect_fail "vfs_read is not pinned" unpin vfs_read
-expect_fail "deferred_split_folio is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" deferred_split_folio --kprobe
+expect_fail "$FN is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" $FN --kprobe
 mkdir $ROOT/bogus
 expect_fail "bogus's pinned instance cannot be read by this topdown .*: it has no counts; remove it with 'topdown unpin bogus'" show bogus
 topdown unpin bogus 2>/dev/null || fail "unpin of a broken pin failed"
@@ -101,7 +133,7 @@ ln -s /tmp/rv/victim $ROOT/vfs_read/evil
 ln -s /tmp/rv/victim/file $ROOT/vfs_read/evil_file
 mkdir $ROOT/vfs_read/foreign
 expect_fail "^topdown: left $ROOT/vfs_read in place: it holds evil, evil_file, foreign, which topdown did not make; topdown's own pins in it are removed\$" unpin vfs_read
-expect_eq "programs after unpin with foreign entries" "$(td_progs)" $((progs - 1))
+expect_progs "programs after unpin with foreign entries" $((progs - 1))
 expect_eq "left in the pin directory" "$(ls -A $ROOT/vfs_read | tr '\n' ' ')" "evil evil_file foreign "
 expect_eq "the victim's file after unpin" "$(cat /tmp/rv/victim/file)" keep
 expect_eq "beside the victim after unpin" "$(ls -A /tmp/rv)" victim
@@ -110,32 +142,53 @@ rmdir $ROOT/vfs_read/foreign $ROOT/vfs_read
 
 # 3. A reader: counts from its start, exact; a second reader is refused; SIGKILL
 # leaves the pinned instance counting, exactly.
-td_start deferred_split_folio -i 1 --stack-on ZAP
-grep -q "reading pinned deferred_split_folio with fentry" "$TD_ERR" || fail "header: $(cat "$TD_ERR")"
-expect_fail "deferred_split_folio's pinned instance is being read by topdown (pid $TD_PID)" deferred_split_folio -d 1
-thp --munmap-halves $P >/dev/null || fail "thp failed"
+td_start $FN -i 1 --stack-on $READ_ON
+grep -q "reading pinned $FN with fentry" "$TD_ERR" || fail "header: $(cat "$TD_ERR")"
+expect_fail "$FN's pinned instance is being read by topdown (pid $TD_PID)" $FN -d 1
+# shellcheck disable=SC2086
+thp $READ >/dev/null || fail "thp failed"
 td_stop INT
-expect_eq "reader: ZAP" "$(reason_count ZAP)" $P
-expect_eq "reader: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $P
-expect_eq "reader: stacks of ZAP" "$(summary_num stacks_captured)" $P
-td_start deferred_split_folio -i 1 --stack-on FAULT_ALLOC
-thp --faults $F >/dev/null || fail "thp failed"
+if [ $FN = deferred_split_huge_page ]; then
+	expect_eq "reader: MUNMAP" "$(reason_count MUNMAP)" 256
+	expect_eq "reader: EXIT" "$(reason_count EXIT)" 256
+	expect_eq "reader: stacks of MUNMAP" "$(summary_num stacks_captured)" 256
+	KILLED="--munmap-halves 1"
+else
+	expect_eq "reader: ZAP" "$(reason_count ZAP)" $P
+	expect_eq "reader: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $P
+	expect_eq "reader: stacks of ZAP" "$(summary_num stacks_captured)" $P
+	KILLED="--faults $F"
+fi
+td_start $FN -i 1 --stack-on $KILLED_ON
+# shellcheck disable=SC2086
+thp $KILLED >/dev/null || fail "thp failed"
 td_stop KILL
 # The killed reader left capture on: every call is sent to the stack gate, exact still.
 expect_eq "after SIGKILL: calls sent to the stack gate" "$(watch_bytes | cut -d, -f2)" 1
-thp --faults $F >/dev/null || fail "thp failed"
+# shellcheck disable=SC2086
+thp $KILLED >/dev/null || fail "thp failed"
 expect_eq "after SIGKILL, within the lease: watch key" "$(watch_bytes | cut -d, -f2)" 1
 # Past the reader's lease (3 s), the first watched call puts its state back: no
 # topdown process runs, and the program is back on its common path.
 sleep 4
-thp --faults $F >/dev/null || fail "thp failed"
+# shellcheck disable=SC2086
+thp $KILLED >/dev/null || fail "thp failed"
 expect_eq "after SIGKILL, past the lease: watch key" "$(watch_bytes)" "0,0,0,0"
 show_json
-expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 3 * F))
-expect_eq "after SIGKILL: ZAP" "$(reason_shown ZAP)" $((P + Q + P))
+if [ $FN = deferred_split_huge_page ]; then
+	# The mix, the reader's half munmap and the killed reader's three.
+	expect_eq "after SIGKILL: MUNMAP" "$(reason_shown MUNMAP)" $((256 * (P + 4)))
+	expect_eq "after SIGKILL: EXIT" "$(reason_shown EXIT)" $((256 * (P + Q + 4)))
+	expect_eq "after SIGKILL: page_remove_rmap" "$(reason_shown page_remove_rmap)" $((256 * Q))
+	M_ZAP=MUNMAP M_ZAP_N=$((256 * (P + 4))) M_2=EXIT M_2_N=$((256 * (P + Q + 4)))
+else
+	expect_eq "after SIGKILL: FAULT_ALLOC" "$(reason_shown FAULT_ALLOC)" $((F + P + Q + P + 3 * F))
+	expect_eq "after SIGKILL: ZAP" "$(reason_shown ZAP)" $((P + Q + P))
+	M_ZAP=ZAP M_ZAP_N=$((P + Q + P)) M_2=MADV_COLLAPSE M_2_N=$C
+fi
 expect_eq "after show: watch key" "$(watch_bytes)" "0,0,0,0"
 # The killed reader's lock is gone: a new reader starts.
-td_start deferred_split_folio -d 1
+td_start $FN -d 1
 td_stop INT
 
 # 4. serve: the same counters over HTTP, OpenMetrics text; a port in use is refused.
@@ -151,12 +204,12 @@ head -5 "$TD_TMP/metrics"
 grep -qx 'topdown_read_error{function="bogus"} 1' "$TD_TMP/metrics" || fail "no read error for bogus"
 grep -q "topdown: scrape: cannot read pinned bogus: bogus's pinned instance cannot be read" "$TD_TMP/serve.err" ||
 	fail "no log line for bogus: $(cat "$TD_TMP/serve.err")"
-grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"ZAP\"} $((P + Q + P))" "$TD_TMP/metrics" ||
-	fail "no exact ZAP counter: $(grep ZAP "$TD_TMP/metrics")"
-grep -qx "topdown_calls_total{function=\"deferred_split_folio\",reason=\"MADV_COLLAPSE\"} $C" "$TD_TMP/metrics" ||
-	fail "no exact MADV_COLLAPSE counter"
-grep -q "^topdown_info{function=\"deferred_split_folio\",mode=\"fentry\"" "$TD_TMP/metrics" || fail "no info metric"
-grep -q "^topdown_pinned_timestamp_seconds{function=\"deferred_split_folio\"} [0-9]" "$TD_TMP/metrics" || fail "no timestamp"
+grep -qx "topdown_calls_total{function=\"$FN\",reason=\"$M_ZAP\"} $M_ZAP_N" "$TD_TMP/metrics" ||
+	fail "no exact $M_ZAP counter: $(grep "$M_ZAP" "$TD_TMP/metrics")"
+grep -qx "topdown_calls_total{function=\"$FN\",reason=\"$M_2\"} $M_2_N" "$TD_TMP/metrics" ||
+	fail "no exact $M_2 counter"
+grep -q "^topdown_info{function=\"$FN\",mode=\"fentry\"" "$TD_TMP/metrics" || fail "no info metric"
+grep -q "^topdown_pinned_timestamp_seconds{function=\"$FN\"} [0-9]" "$TD_TMP/metrics" || fail "no timestamp"
 expect_eq "metrics end" "$(tail -n 1 "$TD_TMP/metrics")" "# EOF"
 # Every line: a comment (# HELP, # TYPE, # EOF) or NAME{LABELS} VALUE.
 bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^# EOF$|^[a-z_]+\{([a-z_]+="[^"]*",?)*\} [0-9.e+-]+$' "$TD_TMP/metrics")
@@ -167,25 +220,36 @@ wait $serve_pid || fail "serve exited with $?"
 
 # 5. unpin: no topdown program, link, map or pin remains (maps are freed by a kernel
 # workqueue: give them a moment).
-topdown unpin deferred_split_folio || fail "unpin failed"
-[ ! -e $ROOT/deferred_split_folio ] || fail "the pin directory is still there"
-expect_eq "programs left" "$(td_progs)" 0
+topdown unpin $FN || fail "unpin failed"
+[ ! -e $ROOT/$FN ] || fail "the pin directory is still there"
+expect_progs "programs left" 0
 expect_eq "links left" "$(bpftool link show 2>/dev/null | grep -c ' prog ')" 0
 td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
 i=0
 while [ "$(td_maps)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "maps left" "$(td_maps)" 0
 
-# 6. A kprobe pin of vfs_read, and unpin --all.
-topdown pin vfs_read --kprobe --no-profile 2>/dev/null || fail "kprobe pin failed"
+# 6. A kprobe pin of vfs_read, and unpin --all. A kernel without kprobe links
+# (BPF_LINK_TYPE_PERF_EVENT, Linux 5.15; 5.10 has none) refuses it in one line,
+# leaving nothing: there the fentry pin is the one unpin --all removes.
+if bpftool btf dump file /sys/kernel/btf/vmlinux 2>/dev/null | grep -q "'BPF_LINK_TYPE_PERF_EVENT'"; then
+	pin_mode=kprobe
+	topdown pin vfs_read --kprobe --no-profile 2>/dev/null || fail "kprobe pin failed"
+else
+	expect_fail "kprobe links need kernel 5.15 or later" pin vfs_read --kprobe --no-profile
+	expect_progs "programs left after a refused kprobe pin" 0
+	expect_eq "pins left after a refused kprobe pin" "$(ls -A $ROOT)" ""
+	pin_mode=fentry
+	topdown pin vfs_read --no-profile 2>/dev/null || fail "fentry pin failed"
+fi
 readloop 1000 >/dev/null || fail "readloop failed"
 SHOWN=$(topdown show vfs_read --json)
-[ "$(reason_shown ksys_read)" -ge 1000 ] || fail "kprobe pin: ksys_read $(reason_shown ksys_read) < 1000"
-echo "$SHOWN" | grep -q '"mode":"kprobe"' || fail "kprobe pin: $SHOWN"
+[ "$(reason_shown ksys_read)" -ge 1000 ] || fail "$pin_mode pin: ksys_read $(reason_shown ksys_read) < 1000"
+echo "$SHOWN" | grep -q "\"mode\":\"$pin_mode\"" || fail "$pin_mode pin: $SHOWN"
 # A symlink named like a pin killed halfway is not followed by unpin --all.
 ln -s /tmp/rv $ROOT/pinning-victim-1
 topdown unpin --all 2>/dev/null || fail "unpin --all failed"
-expect_eq "programs left after unpin --all" "$(td_progs)" 0
+expect_progs "programs left after unpin --all" 0
 expect_eq "the victim's file after unpin --all" "$(cat /tmp/rv/victim/file)" keep
 rm $ROOT/pinning-victim-1
 
@@ -196,6 +260,6 @@ topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
 mount -o remount,ro /sys/fs/bpf
 expect_fail "cannot" pin vfs_read --no-profile
 mount -o remount,rw /sys/fs/bpf
-expect_eq "programs left after a failed pin" "$(td_progs)" 0
+expect_progs "programs left after a failed pin" 0
 expect_eq "pins left after a failed pin" "$(ls -A $ROOT)" ""
 exit 0
