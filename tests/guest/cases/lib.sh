@@ -29,6 +29,17 @@ vmstat() {
 	awk -v k="$1" '$1 == k { print $2; found = 1 } END { exit !found }' /proc/vmstat
 }
 
+# ktext FUNC: true if FUNC is a function (a text symbol) of the running kernel. Reading
+# /proc/kallsyms takes seconds under emulation, so the kernel's functions are read
+# from it once per boot (not modules' or BPF's: the guest loads no module).
+TD_KTEXT=/tmp/td-ktext
+ktext() {
+	if [ ! -s $TD_KTEXT ]; then
+		grep ' [tT] [^ ]*$' /proc/kallsyms >$TD_KTEXT.new && mv $TD_KTEXT.new $TD_KTEXT
+	fi
+	grep -q " [tT] $1\$" $TD_KTEXT
+}
+
 # need_cmd CMD...: skip the case unless every CMD is in PATH.
 need_cmd() {
 	for _c in "$@"; do
@@ -78,11 +89,10 @@ ftrace_calls() {
 	return $_rc
 }
 
-# need_func FUNC...: skip the case unless every FUNC is a function of the running kernel
-# (a text symbol in /proc/kallsyms).
+# need_func FUNC...: skip the case unless every FUNC is a function of the running kernel.
 need_func() {
 	for _f in "$@"; do
-		grep -q " [tT] $_f\$" /proc/kallsyms || skip "no kernel function $_f in $TD_KERNEL"
+		ktext "$_f" || skip "no kernel function $_f in $TD_KERNEL"
 	done
 }
 
@@ -115,7 +125,7 @@ aarch64)
 	TD_ENTRY=entry_SYSCALL_64 TD_NOBTF=__x64_sys_getpid TD_NOBTF_CALLER=do_syscall_64
 	# Where the dispatcher is x64_sys_call (6.9, and stable backports), do_syscall_64
 	# calls it and its switch jumps to the wrapper: topdown names the jumping function.
-	if grep -q ' [tT] x64_sys_call$' /proc/kallsyms; then
+	if ktext x64_sys_call; then
 		TD_NOBTF_CALLER="x64_sys_call (tail call)"
 	fi
 	;;
@@ -170,10 +180,10 @@ held_dontneeds() {
 #                 __zap_vma_range.
 thp_callers() {
 	TD_THP_FAULT=do_huge_pmd_anonymous_page TD_ZAP_WALK=unmap_page_range
-	grep -q " [tT] map_anon_folio_pmd_pf\$" /proc/kallsyms && TD_THP_FAULT=map_anon_folio_pmd_pf
-	grep -q " [tT] __zap_vma_range\$" /proc/kallsyms && TD_ZAP_WALK=__zap_vma_range
+	ktext map_anon_folio_pmd_pf && TD_THP_FAULT=map_anon_folio_pmd_pf
+	ktext __zap_vma_range && TD_ZAP_WALK=__zap_vma_range
 	TD_THP_FAULT_REASON=$TD_THP_FAULT TD_THP_COLLAPSE_REASON=collapse_huge_page TD_THP_MERGED=
-	if [ "$TD_ARCH" = amd64 ] && grep -q " [tT] map_anon_folio_pmd_nopf\$" /proc/kallsyms; then
+	if [ "$TD_ARCH" = amd64 ] && ktext map_anon_folio_pmd_nopf; then
 		TD_THP_FAULT_REASON="map_anon_folio_pmd_nopf (tail call)"
 		TD_THP_COLLAPSE_REASON=$TD_THP_FAULT_REASON TD_THP_MERGED=1
 	fi

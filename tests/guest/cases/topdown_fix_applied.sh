@@ -9,7 +9,7 @@ need_cmd topdown thp
 # The THP split function of this kernel: deferred_split_folio from 6.8 on,
 # deferred_split_huge_page before; both have a built-in profile with ZAP.
 F=deferred_split_folio
-grep -q " [tT] $F\$" /proc/kallsyms || F=deferred_split_huge_page
+ktext $F || F=deferred_split_huge_page
 need_func $F
 T=/sys/kernel/mm/transparent_hugepage
 [ -w $T/defrag ] && [ -w $T/khugepaged/max_ptes_none ] || skip "no THP knobs in $TD_KERNEL"

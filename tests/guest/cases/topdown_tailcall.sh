@@ -38,7 +38,7 @@ grep -q "/proc/kcore" "$TD_ERR" && fail "kcore unreadable: $(cat "$TD_ERR")"
 if grep -q '^CONFIG_FRAME_POINTER=y' "/boot/config-$TD_KERNEL"; then
 	expect_eq "__arm64_sys_read" "$(reason_count "__arm64_sys_read")" $N
 	expect_eq "tail-call sites" "$(summary_num tail_call_sites)" 0
-elif grep -q ' x64_sys_call$' /proc/kallsyms; then
+elif ktext x64_sys_call; then
 	expect_eq "x64_sys_call (tail call)" "$(reason_count 'x64_sys_call (tail call)')" $N
 	expect_eq "do_syscall_64" "$(reason_count do_syscall_64)" 0
 	expect_eq "tail-call sites" "$(summary_num tail_call_sites)" 1

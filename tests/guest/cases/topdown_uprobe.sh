@@ -1,16 +1,17 @@
-# topdown -x: a uprobe on a program's own function (tests/workloads/ucallers.c,
-# static here; tests/uprobe.rs covers a PIE program and a shared library on the
-# host), counted exactly by caller with and without -p; stacks captured and
-# symbolized; bad input refused.
+# topdown -x: a uprobe on a user-space function of tests/workloads/ucallers.c, counted
+# exactly by caller: in a static program's own function with and without -p, with
+# stacks captured and symbolized; in a shared library (libucallers.so, mapped at a
+# different address in each process) over two processes; and in a PIE program with -p.
+# Bad input refused.
 . "$TD_LIB"
-need_cmd topdown ucallers
+need_cmd topdown ucallers ucallers-pie
 [ -d /sys/bus/event_source/devices/uprobe ] || skip "no uprobe PMU (CONFIG_UPROBE_EVENTS)"
 
-# start_workload NAME N1 N2 N3: ucallers waiting on fifo NAME (opened on fd 3..);
-# sets W_PID.
+# start_workload NAME N1 N2 N3: ucallers (or $UCALLERS) waiting on fifo NAME; sets W_PID.
+UCALLERS=ucallers
 start_workload() {
 	mkfifo "$TD_TMP/$1"
-	ucallers "$2" "$3" "$4" 1000 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
+	$UCALLERS "$2" "$3" "$4" 1000 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
 	W_PID=$!
 }
 
@@ -55,6 +56,40 @@ expect_eq "stacks of caller_two" "$(summary_num stacks_captured)" 200
 cat "$TD_TMP/f"
 grep -q '^caller_two;.*main+0x0;caller_two+0x0;--;td_work 200$' "$TD_TMP/f" ||
 	fail "no folded stack main;caller_two with 200 calls"
+
+# The shared library, in two processes that map it each at an address of its own:
+# td_lib_work counted by caller over both.
+UCALLERS=ucallers-pie
+rm -f "$TD_TMP/a" "$TD_TMP/b"
+start_workload a 100 200 300
+A=$W_PID
+start_workload b 1 2 3
+td_start -x /bin/libucallers.so td_lib_work -q --no-auto
+go a
+go b
+wait $A
+wait $W_PID
+td_stop
+expect_eq "library: caller_one" "$(reason_count caller_one)" 101
+expect_eq "library: caller_two" "$(reason_count caller_two)" 202
+expect_eq "library: caller_three" "$(reason_count caller_three)" 303
+expect_eq "library: total" "$(summary_num total)" 606
+
+# The PIE program's own function, one process of two with -p.
+rm -f "$TD_TMP/a" "$TD_TMP/b"
+start_workload a 100 200 300
+A=$W_PID
+start_workload b 7 8 9
+td_start -x /bin/ucallers-pie td_work -q --no-auto -p "$A"
+go a
+go b
+wait $A
+wait $W_PID
+td_stop
+expect_eq "PIE, -p: caller_one" "$(reason_count caller_one)" 100
+expect_eq "PIE, -p: caller_two" "$(reason_count caller_two)" 200
+expect_eq "PIE, -p: caller_three" "$(reason_count caller_three)" 300
+expect_eq "PIE, -p: total" "$(summary_num total)" 600
 
 # Bad input: exit status 2, one line.
 for args in "-x /nonexistent f" "-x /bin/ucallers no_such_fn" "-x /proc/version f" "ucallers:td_work"; do

@@ -48,10 +48,10 @@ done
 # The THP path: deferred_split_folio on 6.12 (exact per-caller counts), or on 6.1
 # deferred_split_huge_page, which page_remove_rmap calls for each PTE-mapped page of a
 # THP it unmaps (256 per half unmap, 256 more at exit).
-if grep -q " deferred_split_folio\$" /proc/kallsyms; then
+if ktext deferred_split_folio; then
 	fn=deferred_split_folio want=7
 	thp_callers
-elif grep -q " deferred_split_huge_page\$" /proc/kallsyms; then
+elif ktext deferred_split_huge_page; then
 	fn=deferred_split_huge_page want=1024
 else
 	skip "neither deferred_split_folio nor deferred_split_huge_page in $TD_KERNEL"
