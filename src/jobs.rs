@@ -324,7 +324,7 @@ fn attach_target<'obj>(
         None
     };
     let (deep, func_addr) = match &early {
-        Some((_, c, addr, _)) => (Some(c.deep.clone()), *addr),
+        Some((_, c, addr, _)) => (Some(c.deep.tables()), *addr),
         None => (None, 0),
     };
     let config = Config {

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::bpf::abi::{Deep, FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
+use crate::bpf::abi::{FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
+use crate::bpf::deep::Deep;
 use crate::error::{Error, Result};
 use crate::kallsyms::{base_name, Kallsyms};
 use crate::tailcall::{Caller, TailCalls};

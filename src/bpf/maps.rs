@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::bpf::abi::{self, Pending, PerCpu, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::deep::Deep;
+use crate::bpf::percpu::{self, Pending, PerCpu};
 use crate::bpf::skel::{types, TopdownSkel};
 use crate::error::{Error, Result};
 use crate::reasons::{Claim, NameTable};
@@ -390,7 +392,7 @@ impl Maps {
     pub(crate) fn counts(&self) -> Result<Vec<u64>> {
         let mut c = PerCpu::default();
         self.read_counts(&mut c)?;
-        Ok(abi::counts_of(&c)[..abi::NR_SLOTS].to_vec())
+        Ok(percpu::counts_of(&c)[..abi::NR_SLOTS].to_vec())
     }
 
     /// Reads the pending table (return addresses not yet in the site
@@ -409,13 +411,13 @@ impl Maps {
     /// there is no such table.
     pub(crate) fn read_early(&self, out: &mut Pending) -> Result<()> {
         let Some(early) = &self.early else {
-            out.clear(1, abi::EARLY_KEY_WORDS);
+            out.clear(1, percpu::EARLY_KEY_WORDS);
             return Ok(());
         };
-        read_batch(early, abi::EARLY_KEY_WORDS, out).map_err(|e| match e {
+        read_batch(early, percpu::EARLY_KEY_WORDS, out).map_err(|e| match e {
             BatchError::Layout(key, value) => Error::msg(format!(
                 "the early map has {key}-byte keys and {value}-byte values, not {} and 8",
-                abi::EARLY_KEY_WORDS * 8
+                percpu::EARLY_KEY_WORDS * 8
             )),
             BatchError::Bpf(e) => Error::bpf("reading the early counts", e),
         })
@@ -424,9 +426,8 @@ impl Maps {
     /// Fills in the deeper-frame rules and marks them ready: the BPF side
     /// then applies them, and stops counting unresolved calls in the early
     /// table. Tables first, fenced, then the flag the BPF side reads first.
-    pub(crate) fn set_deep(&self, deep: &abi::Deep) {
-        let mut tables = types::td_deep::default();
-        deep.write(&mut tables);
+    pub(crate) fn set_deep(&self, deep: &Deep) {
+        let tables = deep.tables();
         // SAFETY: the .bss mapping is alive as long as self; td_deep is
         // plain data, and nothing reads the tables before `ready` is set.
         unsafe {
@@ -500,10 +501,10 @@ impl Maps {
     /// first word's low half) and the return address.
     pub(crate) fn read_upending(&self, out: &mut Pending) -> Result<()> {
         let Some((_, upending)) = &self.user else {
-            out.clear(1, abi::USER_KEY_WORDS);
+            out.clear(1, percpu::USER_KEY_WORDS);
             return Ok(());
         };
-        read_batch(upending, abi::USER_KEY_WORDS, out).map_err(|e| match e {
+        read_batch(upending, percpu::USER_KEY_WORDS, out).map_err(|e| match e {
             BatchError::Layout(key, value) => Error::msg(format!(
                 "the upending map has {key}-byte keys and {value}-byte values, not 16 and 8"
             )),
@@ -517,7 +518,7 @@ impl Maps {
         let Some((usites, _)) = &self.user else {
             return Ok(slot);
         };
-        let key = abi::user_key(tgid, ret);
+        let key = percpu::user_key(tgid, ret);
         match usites.update(&key, &slot.to_ne_bytes(), MapFlags::NO_EXIST) {
             Ok(()) => Ok(slot),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => Ok(usites
@@ -576,11 +577,14 @@ impl Maps {
     /// The statistics, read on their own (a poll takes the stack
     /// counters from the counter array it read: Poller::stats).
     #[cfg(test)]
-    pub(crate) fn stats(&self) -> Result<abi::Stats> {
+    pub(crate) fn stats(&self) -> Result<percpu::Stats> {
         let (mut stats, mut counts) = (PerCpu::default(), PerCpu::default());
         self.read_stats(&mut stats)?;
         self.read_counts(&mut counts)?;
-        Ok(abi::Stats::from_percpu(&stats, &abi::counts_of(&counts)))
+        Ok(percpu::Stats::from_percpu(
+            &stats,
+            &percpu::counts_of(&counts),
+        ))
     }
 
     /// Reads the per-CPU statistics array into `out` (the stack path's

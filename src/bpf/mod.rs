@@ -1,15 +1,19 @@
 //! The kernel side: the BPF programs (`topdown.bpf.c`, `topdown.h`), their
 //! generated skeleton, and the Rust that loads, attaches and reads them.
-//! `abi` mirrors the header; `probe` is the loaded object; `attach`
-//! chooses fentry or a kprobe and explains refusals; `log` keeps the
-//! verifier's reason for them.
+//! `abi` mirrors the header, and `deep`, `percpu` and `sample` decode
+//! what the maps hold; `probe` is the loaded object; `attach` chooses
+//! fentry or a kprobe and explains refusals; `log` keeps the verifier's
+//! reason for them.
 
 pub(crate) mod abi;
 pub(crate) mod attach;
+pub(crate) mod deep;
 pub(crate) mod log;
 pub(crate) mod maps;
+pub(crate) mod percpu;
 pub(crate) mod pin;
 pub(crate) mod probe;
+pub(crate) mod sample;
 #[cfg(test)]
 mod tests;
 

@@ -239,7 +239,7 @@ fn open_for<'obj>(
             .bss_data
             .as_deref_mut()
             .expect("the BPF object has .bss");
-        deep.write(&mut bss.deep);
+        bss.deep = *deep;
         bss.deep.ready = 1;
     }
     let ro = open

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
-use crate::bpf::abi::{
-    self, Config, Deep, DeepCaller, DeepRule, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE,
-    SLOT_NOT_FOUND,
-};
+use crate::bpf::abi::{self, Config, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
 use crate::bpf::maps::{page_size, publish};
+use crate::bpf::percpu::Pending;
 use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
 use crate::bpf::skel::types::td_sample;
@@ -162,8 +161,8 @@ fn the_pending_table_is_read_whole_in_batches() {
                 p.test_count_on(ret, ((ret / 0x40 + k) as usize % online) as u32);
             }
         }
-        let mut buf = abi::Pending::default();
-        let read = |buf: &mut abi::Pending| {
+        let mut buf = Pending::default();
+        let read = |buf: &mut Pending| {
             p.maps().read_pending(buf).unwrap();
             let mut got: Vec<(u64, u64)> = buf.sums().collect();
             got.sort();
@@ -223,21 +222,24 @@ fn deep_rules_fall_back(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        deep: Some(Deep {
-            callers: vec![DeepCaller {
-                lo: 0xffffffff81000000,
-                hi: 0xffffffff81001000,
-                rule_first: 0,
-                rule_count: 1,
-                reason: 9,
-            }],
-            rules: vec![DeepRule {
-                lo: 0xffffffff81002000,
-                hi: 0xffffffff81003000,
-                reason: 10,
-                depth: 4,
-            }],
-        }),
+        deep: Some(
+            Deep {
+                callers: vec![DeepCaller {
+                    lo: 0xffffffff81000000,
+                    hi: 0xffffffff81001000,
+                    rule_first: 0,
+                    rule_count: 1,
+                    reason: 9,
+                }],
+                rules: vec![DeepRule {
+                    lo: 0xffffffff81002000,
+                    hi: 0xffffffff81003000,
+                    reason: 10,
+                    depth: 4,
+                }],
+            }
+            .tables(),
+        ),
         ..Config::default()
     };
     let p = load_walking_rules(&mut storage, &config, loop_helper);
@@ -507,7 +509,7 @@ fn deep_rules_match(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
     let config = Config {
         func_addr: FUNC,
-        deep: Some(deep_tables()),
+        deep: Some(deep_tables().tables()),
         ..Config::default()
     };
     let p = load_walking_rules(&mut storage, &config, loop_helper);
@@ -567,7 +569,7 @@ fn calls_before_the_rules(loop_helper: bool) {
     p.test_count_stack(&[plain, B + 0x5010], 3);
     assert!(p.maps().counts().unwrap().iter().all(|&n| n == 0));
     assert!(p.maps().pending().unwrap().is_empty());
-    let mut early = abi::Pending::default();
+    let mut early = Pending::default();
     p.maps().read_early(&mut early).unwrap();
     let mut got = [0u64; 12];
     let mut plain_calls = 0;
@@ -595,7 +597,7 @@ fn calls_before_the_rules(loop_helper: bool) {
     assert_eq!(&c[..12], &want, "calls after the rules, by the BPF side");
     // Nothing more in the early table; the plain site is pending now.
     p.test_count_stack(&[plain], 2);
-    let mut after = abi::Pending::default();
+    let mut after = Pending::default();
     p.maps().read_early(&mut after).unwrap();
     let mut before: Vec<_> = early.entries().map(|(k, n)| (k.to_vec(), n)).collect();
     let mut now: Vec<_> = after.entries().map(|(k, n)| (k.to_vec(), n)).collect();
@@ -624,7 +626,7 @@ fn unwind_failures_count_the_same_before_and_after_the_rules() {
     p.test_count_stack(&[DEEP_CALLER, abi::NO_FRAMES], 3);
     // A plain site's failed unwind changes nothing: it is not counted as one.
     p.test_count_stack(&[B + 0x9010, abi::NO_FRAMES], 2);
-    let mut early = abi::Pending::default();
+    let mut early = Pending::default();
     p.maps().read_early(&mut early).unwrap();
     let mut keys: Vec<_> = early.entries().map(|(k, n)| (k[..3].to_vec(), n)).collect();
     keys.sort();

@@ -2,7 +2,7 @@
 //! profile order, the caller routes user space applies once per call site,
 //! and the BPF tables of callers whose reason depends on deeper frames.
 
-use crate::bpf::abi::{Deep, DeepCaller, DeepRule};
+use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
 use crate::profile::resolve::Resolved;
 use crate::profile::validate::FILE_PREFIX;
 use crate::reasons::{Mapper, SourcePattern};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use libbpf_rs::{MapHandle, RingBuffer, RingBufferBuilder};
 
-use crate::bpf::abi::Sample;
+use crate::bpf::sample::Sample;
 use crate::error::{Error, Result};
 use crate::report::{rank_processes, Process, ProcessCount, Stack, StackCount};
 

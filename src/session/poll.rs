@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use crate::bpf::abi::{self, Pending, PerCpu, Stat, Stats, EARLY_KEY_WORDS, NR_SLOTS};
+use crate::bpf::abi::{Stat, NR_SLOTS};
 use crate::bpf::maps::Maps;
+use crate::bpf::percpu::{self, Pending, PerCpu, Stats, EARLY_KEY_WORDS};
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::reasons::UNKNOWN_NAME;
@@ -68,7 +69,7 @@ impl Poller {
             let entries = self
                 .upending
                 .entries()
-                .filter_map(|(k, n)| Some((abi::user_key_of(k)?, n)));
+                .filter_map(|(k, n)| Some((percpu::user_key_of(k)?, n)));
             add_by_slot(&mut totals, &mut self.usites, entries, |(tgid, ret)| {
                 resolve_user(maps, mapper, src.as_deref_mut(), tgid, ret)
             })?;
@@ -78,7 +79,7 @@ impl Poller {
 
     /// The per-slot counts the counts buffer holds, summed over the CPUs.
     pub(crate) fn slots(&mut self) -> Vec<u64> {
-        self.summed = abi::counts_of(&self.counts);
+        self.summed = percpu::counts_of(&self.counts);
         let mut totals = self.summed.clone();
         totals.truncate(NR_SLOTS);
         totals.resize(NR_SLOTS, 0);

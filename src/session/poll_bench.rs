@@ -31,7 +31,8 @@ use std::hint::black_box;
 use std::mem::size_of;
 use std::time::Duration;
 
-use crate::bpf::abi::{PerCpu, Stats, FIRST_REASON, NR_SLOTS};
+use crate::bpf::abi::{FIRST_REASON, NR_SLOTS};
+use crate::bpf::percpu::{PerCpu, Stats};
 use crate::bpf::probe::ProgStats;
 use crate::bpf::skel::types;
 use crate::reasons::Reasons;

@@ -5,7 +5,8 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{StackStat, Stat, Stats, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{StackStat, Stat, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::percpu::Stats;
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::RunInfo;
