@@ -1,17 +1,16 @@
 //! The maps the counting program shares with user space, as handles that
 //! work the same for an object this process loaded and for one pinned in
 //! bpffs by another: reading counts and pending call sites, resolving
-//! sites, naming reason slots, steering stack capture.
+//! sites, naming reason slots. Steering through the shared global data is
+//! `ctl`'s.
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
-use std::sync::atomic::{fence, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
-use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::abi;
+use crate::bpf::ctl::Control;
 use crate::bpf::deep::Deep;
 use crate::bpf::percpu::{self, Pending, PerCpu};
 use crate::bpf::skel::{types, TopdownSkel};
@@ -26,101 +25,6 @@ const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 pub(crate) const PINNED_MAPS: [&str; 10] = [
     "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data", "bss",
 ];
-
-/// The system's page size: the unit of mappings and of BPF ring buffers.
-pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
-}
-
-/// A global-data map (.data, .bss) mapped into this process: the BPF side
-/// reads and writes the same memory directly.
-struct Section<T> {
-    ptr: *mut T,
-    len: usize,
-}
-
-impl<T> Section<T> {
-    fn map(map: &MapHandle, what: &str) -> Result<Self> {
-        let page = page_size();
-        let len = std::mem::size_of::<T>().div_ceil(page) * page;
-        // SAFETY: mapping a BPF array map's fd (created mmapable by libbpf
-        // for global data) shared, at offset 0, for the size of its value.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::msg(format!("mapping the {what} map: {e}")));
-        }
-        Ok(Section {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl<T> Drop for Section<T> {
-    fn drop(&mut self) {
-        // SAFETY: ptr and len are what mmap returned.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-/// Moves stack capture to `slot` with `callers` as its caller ranges, in
-/// the order the BPF side relies on (see td_control in topdown.h): capture
-/// off, no ranges, the ranges, their count, then the new reason; last, the
-/// calls are sent to the stack gate (td_watch) while a reason is set. Each
-/// store is volatile (the BPF side reads the memory directly) and fenced.
-///
-/// # Safety
-/// `ctl` and `watch` must point to the mmap'ed td_control and td_watch of
-/// a loaded object.
-pub(crate) unsafe fn publish(
-    ctl: *mut types::td_control,
-    watch: *mut types::td_watch,
-    slot: u32,
-    callers: &[(u64, u64)],
-) {
-    use std::ptr::{addr_of_mut, write_volatile};
-    write_volatile(addr_of_mut!((*ctl).reason), SLOT_NONE);
-    write_volatile(addr_of_mut!((*ctl).nr_ranges), 0);
-    fence(Ordering::SeqCst);
-    for (i, &(lo, hi)) in callers.iter().take(MAX_STACK_RANGES).enumerate() {
-        let r = addr_of_mut!((*ctl).ranges[i]);
-        write_volatile(addr_of_mut!((*r).lo), lo);
-        write_volatile(addr_of_mut!((*r).hi), hi);
-        write_volatile(addr_of_mut!((*r).reason), slot);
-    }
-    fence(Ordering::SeqCst);
-    write_volatile(
-        addr_of_mut!((*ctl).nr_ranges),
-        callers.len().min(MAX_STACK_RANGES) as u32,
-    );
-    fence(Ordering::SeqCst);
-    write_volatile(addr_of_mut!((*ctl).reason), slot);
-    fence(Ordering::SeqCst);
-    set_watch(watch, WATCH_STACKS, slot != SLOT_NONE);
-}
-
-const WATCH_OWN: usize = types::td_watch_byte::TD_WATCH_OWN.0 as usize;
-const WATCH_STACKS: usize = types::td_watch_byte::TD_WATCH_STACKS.0 as usize;
-
-/// Sets or clears one byte of the watch key: a byte store, so that the
-/// other byte's writer is never undone.
-///
-/// # Safety
-/// As publish.
-unsafe fn set_watch(watch: *mut types::td_watch, byte: usize, on: bool) {
-    std::ptr::write_volatile(std::ptr::addr_of_mut!((*watch).why[byte]), on.into());
-}
 
 pub(crate) struct Maps {
     counts: MapHandle,
@@ -141,41 +45,9 @@ pub(crate) struct Maps {
     /// A uprobe's sites and pending sites, keyed by (tgid, return
     /// address): None unless the object was loaded for a uprobe.
     user: Option<(MapHandle, MapHandle)>,
-    data_mem: Section<types::data>,
-    bss_mem: Section<types::bss>,
-    /// A pinned instance's shared state as this reader set it, under a
-    /// lease (None for an object this process loaded: it dies with it).
-    lease: Option<Mutex<Steer>>,
-}
-
-/// How long a pinned instance's shared state outlives its reader's last
-/// touch. The reader touches it at least every 50 ms tick while it holds
-/// any; the margin covers a slow symbolization under load.
-pub(crate) const LEASE: Duration = Duration::from_secs(3);
-
-/// What a reader set in a pinned instance: the own tgid, and capture.
-#[derive(Default)]
-struct Steer {
-    tgid: u32,
-    slot: u32,
-    callers: Vec<(u64, u64)>,
-}
-
-impl Steer {
-    fn holds(&self) -> bool {
-        self.tgid != 0 || self.slot != SLOT_NONE
-    }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
-pub(crate) fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    /// The global data as mapped into this process, and what this
+    /// reader steers through it.
+    ctl: Control,
 }
 
 fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
@@ -322,11 +194,9 @@ impl Maps {
                 handle(&m.upending, "upending")?,
             ))
             .filter(|(s, _)| s.max_entries() > 1),
-            data_mem: Section::map(&data, ".data")?,
-            bss_mem: Section::map(&bss, ".bss")?,
+            ctl: Control::map(&data, &bss, false)?,
             data,
             bss,
-            lease: None,
         })
     }
 
@@ -350,14 +220,10 @@ impl Maps {
             meta: open("meta")?,
             pids: None,
             user: None,
-            data_mem: Section::map(&data, ".data")?,
-            bss_mem: Section::map(&bss, ".bss")?,
+            // A pinned instance's reader steers under a lease.
+            ctl: Control::map(&data, &bss, true)?,
             data,
             bss,
-            lease: Some(Mutex::new(Steer {
-                slot: SLOT_NONE,
-                ..Steer::default()
-            })),
         })
     }
 
@@ -423,20 +289,10 @@ impl Maps {
         })
     }
 
-    /// Fills in the deeper-frame rules and marks them ready: the BPF side
-    /// then applies them, and stops counting unresolved calls in the early
-    /// table. Tables first, fenced, then the flag the BPF side reads first.
+    /// Fills in the deeper-frame rules and marks them ready (see
+    /// `Control::set_deep`).
     pub(crate) fn set_deep(&self, deep: &Deep) {
-        let tables = deep.tables();
-        // SAFETY: the .bss mapping is alive as long as self; td_deep is
-        // plain data, and nothing reads the tables before `ready` is set.
-        unsafe {
-            let dst = std::ptr::addr_of_mut!((*self.bss_mem.ptr).deep);
-            std::ptr::write_volatile(dst, tables);
-            fence(Ordering::SeqCst);
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*dst).ready), 1);
-        }
-        fence(Ordering::SeqCst);
+        self.ctl.set_deep(deep.tables());
     }
 
     /// Return addresses not yet in the site table, with their counts.
@@ -488,7 +344,7 @@ impl Maps {
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => return Ok(slot),
                 Err(e) => return Err(Error::bpf("updating the site table", e)),
             };
-        self.cache_site(ret, slot);
+        self.ctl.cache_site(ret, slot);
         Ok(slot)
     }
 
@@ -529,24 +385,6 @@ impl Maps {
                 .unwrap_or(slot)),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(slot),
             Err(e) => Err(Error::bpf("updating the user site table", e)),
-        }
-    }
-
-    /// Puts a resolved site into the direct-mapped cache the BPF side reads
-    /// first, unless its entry is taken (the hash then serves it). One
-    /// 8-byte store: the BPF side never sees half an entry.
-    fn cache_site(&self, ret: u64, slot: u32) {
-        let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
-            return;
-        };
-        // SAFETY: the .bss mapping is alive as long as self; i is in range
-        // (site_cache_entry's hash is SITE_CACHE_BITS wide), and an aligned
-        // u64 store is atomic.
-        unsafe {
-            let cell = std::ptr::addr_of_mut!((*self.bss_mem.ptr).site_cache[i]);
-            if std::ptr::read_volatile(cell) == 0 {
-                std::ptr::write_volatile(cell, entry);
-            }
         }
     }
 
@@ -611,99 +449,20 @@ impl Maps {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` from now on (SLOT_NONE: none); `callers`
-    /// are the address ranges of the reason's caller functions, for calls
-    /// from sites not resolved yet.
+    /// Captures stacks of `slot` from now on (see `Control::capture`).
     pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        if callers.len() > MAX_STACK_RANGES {
-            return Err(Error::msg(format!(
-                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
-                callers.len()
-            )));
-        }
-        self.steer(None, Some((slot, callers)));
-        Ok(())
+        self.ctl.capture(slot, callers)
     }
 
-    /// Sets the own tgid and/or capture. For a pinned instance, under this
-    /// reader's lease: taken (or renewed) before anything is set, given up
-    /// once nothing is. If the BPF side took the state back meanwhile (the
-    /// lease ran out: this process stalled), all of it is published again.
-    fn steer(&self, own: Option<u32>, capture: Option<(u32, &[(u64, u64)])>) {
-        let ctl = self.ctl();
-        let leased = self.lease.is_some();
-        let mut fresh = Steer {
-            slot: SLOT_NONE,
-            ..Steer::default()
-        };
-        let mut guard = self
-            .lease
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
-        let s = guard.as_deref_mut().unwrap_or(&mut fresh);
-        // SAFETY (here and below): ctl and watch point into the .data and
-        // .bss mappings, alive as long as self.
-        let lost = leased
-            && s.holds()
-            && unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*ctl).lease_ns)) } == 0;
-        if let Some(tgid) = own {
-            s.tgid = tgid;
-        }
-        if let Some((slot, callers)) = capture {
-            s.slot = slot;
-            s.callers = callers.to_vec();
-        }
-        let write_lease = move |ns: u64| unsafe {
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), ns);
-            fence(Ordering::SeqCst);
-        };
-        if leased && s.holds() {
-            write_lease(mono_ns() + LEASE.as_nanos() as u64);
-        }
-        unsafe {
-            if lost || own.is_some() {
-                std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).own_tgid), s.tgid);
-                fence(Ordering::SeqCst);
-                set_watch(self.watch(), WATCH_OWN, s.tgid != 0);
-            }
-            if lost || capture.is_some() {
-                publish(ctl, self.watch(), s.slot, &s.callers);
-            }
-        }
-        if leased && !s.holds() {
-            write_lease(0);
-        }
-    }
-
-    fn ctl(&self) -> *mut types::td_control {
-        // SAFETY: a field of the .data mapping.
-        unsafe { std::ptr::addr_of_mut!((*self.data_mem.ptr).ctl) }
-    }
-
-    fn watch(&self) -> *mut types::td_watch {
-        // SAFETY: a field of the .bss mapping.
-        unsafe { std::ptr::addr_of_mut!((*self.bss_mem.ptr).watch) }
-    }
-
-    /// Leaves out the calls of process `tgid` (0: none) while it is awake:
-    /// the tgid first, then the calls sent to the slow path, which checks
-    /// it (td_watch).
+    /// Leaves out the calls of process `tgid` (see `Control::own`).
     pub(crate) fn own(&self, tgid: u32) {
-        self.steer(Some(tgid), None);
+        self.ctl.own(tgid);
     }
 
     /// Whether a call site was first counted as pending since the last
-    /// call (the BPF side sets the flag; this clears it, before the poll
-    /// that resolves the site reads the pending counts).
+    /// call (see `Control::take_new_sites`).
     pub(crate) fn take_new_sites(&self) -> bool {
-        // SAFETY: a field of the .bss mapping, alive as long as self; an
-        // aligned u32 the BPF side only ever sets to 1.
-        let flag = unsafe {
-            std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!(
-                (*self.bss_mem.ptr).new_sites
-            ))
-        };
-        flag.swap(0, Ordering::SeqCst) != 0
+        self.ctl.take_new_sites()
     }
 
     /// Takes `pid` out of the pid filter: its process exited, and a new one
@@ -720,25 +479,19 @@ impl Maps {
 
     /// The reason stacks are being captured of, if any.
     pub(crate) fn capturing(&self) -> Option<u32> {
-        // SAFETY: as in capture; a u32 load.
-        let r = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ctl()).reason)) };
-        (r != SLOT_NONE).then_some(r)
+        self.ctl.capturing()
     }
 
     /// Steers as a pinned instance's reader does: under a lease.
     #[cfg(test)]
     pub(crate) fn take_leases(&mut self) {
-        self.lease = Some(Mutex::new(Steer {
-            slot: SLOT_NONE,
-            ..Steer::default()
-        }));
+        self.ctl.take_leases();
     }
 
-    /// The raw control block and watch key, for a test that moves capture
-    /// from one thread while another runs the program.
+    /// The raw control block and watch key (see `Control::control_ptr`).
     #[cfg(test)]
     pub(crate) fn control_ptr(&self) -> (*mut types::td_control, *mut types::td_watch) {
-        (self.ctl(), self.watch())
+        self.ctl.control_ptr()
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub(crate) mod abi;
 pub(crate) mod attach;
+pub(crate) mod ctl;
 pub(crate) mod deep;
 pub(crate) mod log;
 pub(crate) mod maps;

@@ -9,7 +9,8 @@ use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 
 use crate::bpf::abi::{self, Config, SLOT_NONE};
-use crate::bpf::maps::{self, Maps};
+use crate::bpf::ctl;
+use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 use crate::host::Features;
@@ -230,7 +231,7 @@ fn open_for<'obj>(
     if !config.stacks {
         open.maps
             .samples
-            .set_max_entries(maps::page_size() as u32)
+            .set_max_entries(ctl::page_size() as u32)
             .map_err(|e| Error::bpf("sizing the stack ring buffer", e))?;
     }
     if let Some(deep) = &config.deep {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{self, Config, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::ctl::{mono_ns, page_size, publish};
 use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
-use crate::bpf::maps::{page_size, publish};
 use crate::bpf::percpu::Pending;
 use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
@@ -118,7 +118,7 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     p.maps().own(1);
     p.maps().capture(2, &[]).unwrap();
     let (lease, own, reason, why) = steered(&p);
-    assert!(lease > crate::bpf::maps::mono_ns());
+    assert!(lease > mono_ns());
     assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
     // Within the lease, calls take the slow path and nothing changes.
     p.test_count(a, 2);
@@ -136,7 +136,7 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     // its next touch.
     p.maps().own(1);
     let (lease, own, reason, why) = steered(&p);
-    assert!(lease > crate::bpf::maps::mono_ns());
+    assert!(lease > mono_ns());
     assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
     // Nothing held: the lease is given up, and never runs out.
     p.maps().capture(SLOT_NONE, &[]).unwrap();

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bpf::abi::{ENTRY_WINDOW, NR_SLOTS, SLOT_NONE, SLOT_NOT_FOUND, SLOT_SITES_FULL};
-use crate::bpf::maps::{mono_ns, Maps};
+use crate::bpf::ctl::mono_ns;
+use crate::bpf::maps::Maps;
 use crate::bpf::percpu::Stats;
 use crate::bpf::pin::Meta;
 use crate::bpf::probe::{Mode, Probe, ProgStats};

@@ -1,0 +1,316 @@
+//! The control protocol: what user space writes into the object's global
+//! data (.data, .bss), mapped into this process, while the BPF side reads
+//! the same memory on every call. Steering (the own tgid and stack
+//! capture, under a pinned reader's lease), the deeper-frame tables, the
+//! site cache and the new-site flag.
+//!
+//! Every shared word is an atomic in the mapping. SeqCst, as the fences
+//! it replaces: each store is a release, so the BPF side never sees a
+//! field before the ones the protocol (td_control in topdown.h) writes
+//! ahead of it.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use libbpf_rs::MapHandle;
+
+use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::skel::types;
+use crate::error::{Error, Result};
+
+/// The system's page size: the unit of mappings and of BPF ring buffers.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of bpf_ktime_get_ns.
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How long a pinned instance's shared state outlives its reader's last
+/// touch. The reader touches it at least every 50 ms tick while it holds
+/// any; the margin covers a slow symbolization under load.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+
+/// The shared u32 at `p`.
+///
+/// # Safety
+/// `p` must point to an aligned u32 of a mapping that outlives the use.
+unsafe fn u32_at<'a>(p: *mut u32) -> &'a AtomicU32 {
+    AtomicU32::from_ptr(p)
+}
+
+/// The shared u64 at `p`.
+///
+/// # Safety
+/// As u32_at, for an aligned u64.
+unsafe fn u64_at<'a>(p: *mut u64) -> &'a AtomicU64 {
+    AtomicU64::from_ptr(p)
+}
+
+/// A global-data map (.data, .bss) mapped into this process: the BPF side
+/// reads and writes the same memory directly.
+struct Section<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T> Section<T> {
+    fn map(map: &MapHandle, what: &str) -> Result<Self> {
+        let page = page_size();
+        let len = std::mem::size_of::<T>().div_ceil(page) * page;
+        // SAFETY: mapping a BPF array map's fd (created mmapable by libbpf
+        // for global data) shared, at offset 0, for the size of its value.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::msg(format!("mapping the {what} map: {e}")));
+        }
+        Ok(Section {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl<T> Drop for Section<T> {
+    fn drop(&mut self) {
+        // SAFETY: ptr and len are what mmap returned.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Moves stack capture to `slot` with `callers` as its caller ranges, in
+/// the order the BPF side relies on (see td_control in topdown.h): capture
+/// off, no ranges, the ranges, their count, then the new reason; last, the
+/// calls are sent to the stack gate (td_watch) while a reason is set.
+///
+/// # Safety
+/// `ctl` and `watch` must point to the mmap'ed td_control and td_watch of
+/// a loaded object.
+pub(crate) unsafe fn publish(
+    ctl: *mut types::td_control,
+    watch: *mut types::td_watch,
+    slot: u32,
+    callers: &[(u64, u64)],
+) {
+    use std::ptr::addr_of_mut;
+    u32_at(addr_of_mut!((*ctl).reason)).store(SLOT_NONE, SeqCst);
+    u32_at(addr_of_mut!((*ctl).nr_ranges)).store(0, SeqCst);
+    for (i, &(lo, hi)) in callers.iter().take(MAX_STACK_RANGES).enumerate() {
+        let r = addr_of_mut!((*ctl).ranges[i]);
+        u64_at(addr_of_mut!((*r).lo)).store(lo, SeqCst);
+        u64_at(addr_of_mut!((*r).hi)).store(hi, SeqCst);
+        u32_at(addr_of_mut!((*r).reason)).store(slot, SeqCst);
+    }
+    let n = callers.len().min(MAX_STACK_RANGES) as u32;
+    u32_at(addr_of_mut!((*ctl).nr_ranges)).store(n, SeqCst);
+    u32_at(addr_of_mut!((*ctl).reason)).store(slot, SeqCst);
+    set_watch(watch, WATCH_STACKS, slot != SLOT_NONE);
+}
+
+const WATCH_OWN: usize = types::td_watch_byte::TD_WATCH_OWN.0 as usize;
+const WATCH_STACKS: usize = types::td_watch_byte::TD_WATCH_STACKS.0 as usize;
+
+/// Sets or clears one byte of the watch key: a byte store, so that the
+/// other byte's writer is never undone.
+///
+/// # Safety
+/// As publish.
+unsafe fn set_watch(watch: *mut types::td_watch, byte: usize, on: bool) {
+    let b = std::ptr::addr_of_mut!((*watch).why[byte]);
+    AtomicU8::from_ptr(b).store(on.into(), SeqCst);
+}
+
+/// What a reader set in a pinned instance: the own tgid, and capture.
+#[derive(Default)]
+struct Steer {
+    tgid: u32,
+    slot: u32,
+    callers: Vec<(u64, u64)>,
+}
+
+impl Steer {
+    fn none() -> Self {
+        Steer {
+            slot: SLOT_NONE,
+            ..Steer::default()
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.tgid != 0 || self.slot != SLOT_NONE
+    }
+}
+
+/// The object's global data as mapped into this process, and what this
+/// reader steers through it.
+pub(crate) struct Control {
+    data: Section<types::data>,
+    bss: Section<types::bss>,
+    /// A pinned instance's shared state as this reader set it, under a
+    /// lease (None for an object this process loaded: it dies with it).
+    lease: Option<Mutex<Steer>>,
+}
+
+impl Control {
+    /// Maps the .data and .bss maps; `leased`: steers under a lease, as a
+    /// pinned instance's reader.
+    pub(crate) fn map(data: &MapHandle, bss: &MapHandle, leased: bool) -> Result<Self> {
+        Ok(Control {
+            data: Section::map(data, ".data")?,
+            bss: Section::map(bss, ".bss")?,
+            lease: leased.then(|| Mutex::new(Steer::none())),
+        })
+    }
+
+    /// Fills in the deeper-frame rules and marks them ready: the BPF side
+    /// then applies them, and stops counting unresolved calls in the early
+    /// table. Tables first, then the flag the BPF side reads first.
+    pub(crate) fn set_deep(&self, tables: types::td_deep) {
+        // SAFETY: the .bss mapping is alive as long as self; td_deep is
+        // plain data, and nothing reads the tables before `ready` is set
+        // (the release store below orders this write before it).
+        unsafe {
+            let dst = std::ptr::addr_of_mut!((*self.bss.ptr).deep);
+            std::ptr::write_volatile(dst, tables);
+            u32_at(std::ptr::addr_of_mut!((*dst).ready)).store(1, SeqCst);
+        }
+    }
+
+    /// Puts a resolved site into the direct-mapped cache the BPF side reads
+    /// first, unless its entry is taken (the hash then serves it). One
+    /// 8-byte store: the BPF side never sees half an entry.
+    pub(crate) fn cache_site(&self, ret: u64, slot: u32) {
+        let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
+            return;
+        };
+        // SAFETY: the .bss mapping is alive as long as self; i is in range
+        // (site_cache_entry's hash is SITE_CACHE_BITS wide).
+        let cell = unsafe { u64_at(std::ptr::addr_of_mut!((*self.bss.ptr).site_cache[i])) };
+        if cell.load(SeqCst) == 0 {
+            cell.store(entry, SeqCst);
+        }
+    }
+
+    /// Captures stacks of `slot` from now on (SLOT_NONE: none); `callers`
+    /// are the address ranges of the reason's caller functions, for calls
+    /// from sites not resolved yet.
+    pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
+        if callers.len() > MAX_STACK_RANGES {
+            return Err(Error::msg(format!(
+                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
+                callers.len()
+            )));
+        }
+        self.steer(None, Some((slot, callers)));
+        Ok(())
+    }
+
+    /// Leaves out the calls of process `tgid` (0: none) while it is awake:
+    /// the tgid first, then the calls sent to the slow path, which checks
+    /// it (td_watch).
+    pub(crate) fn own(&self, tgid: u32) {
+        self.steer(Some(tgid), None);
+    }
+
+    /// Sets the own tgid and/or capture. For a pinned instance, under this
+    /// reader's lease: taken (or renewed) before anything is set, given up
+    /// once nothing is. If the BPF side took the state back meanwhile (the
+    /// lease ran out: this process stalled), all of it is published again.
+    fn steer(&self, own: Option<u32>, capture: Option<(u32, &[(u64, u64)])>) {
+        let (ctl, watch) = (self.ctl(), self.watch());
+        let leased = self.lease.is_some();
+        let mut fresh = Steer::none();
+        let mut guard = self
+            .lease
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        let s = guard.as_deref_mut().unwrap_or(&mut fresh);
+        // SAFETY (here and below): ctl and watch point into the .data and
+        // .bss mappings, alive as long as self.
+        let lease = unsafe { u64_at(std::ptr::addr_of_mut!((*ctl).lease_ns)) };
+        let lost = leased && s.holds() && lease.load(SeqCst) == 0;
+        if let Some(tgid) = own {
+            s.tgid = tgid;
+        }
+        if let Some((slot, callers)) = capture {
+            s.slot = slot;
+            s.callers = callers.to_vec();
+        }
+        if leased && s.holds() {
+            lease.store(mono_ns() + LEASE.as_nanos() as u64, SeqCst);
+        }
+        unsafe {
+            if lost || own.is_some() {
+                u32_at(std::ptr::addr_of_mut!((*ctl).own_tgid)).store(s.tgid, SeqCst);
+                set_watch(watch, WATCH_OWN, s.tgid != 0);
+            }
+            if lost || capture.is_some() {
+                publish(ctl, watch, s.slot, &s.callers);
+            }
+        }
+        if leased && !s.holds() {
+            lease.store(0, SeqCst);
+        }
+    }
+
+    fn ctl(&self) -> *mut types::td_control {
+        // SAFETY: a field of the .data mapping.
+        unsafe { std::ptr::addr_of_mut!((*self.data.ptr).ctl) }
+    }
+
+    fn watch(&self) -> *mut types::td_watch {
+        // SAFETY: a field of the .bss mapping.
+        unsafe { std::ptr::addr_of_mut!((*self.bss.ptr).watch) }
+    }
+
+    /// Whether a call site was first counted as pending since the last
+    /// call (the BPF side sets the flag; this clears it, before the poll
+    /// that resolves the site reads the pending counts).
+    pub(crate) fn take_new_sites(&self) -> bool {
+        // SAFETY: a field of the .bss mapping, alive as long as self; an
+        // aligned u32 the BPF side only ever sets to 1.
+        let flag = unsafe { u32_at(std::ptr::addr_of_mut!((*self.bss.ptr).new_sites)) };
+        flag.swap(0, SeqCst) != 0
+    }
+
+    /// The reason stacks are being captured of, if any.
+    pub(crate) fn capturing(&self) -> Option<u32> {
+        // SAFETY: as in steer.
+        let r = unsafe { u32_at(std::ptr::addr_of_mut!((*self.ctl()).reason)) }.load(SeqCst);
+        (r != SLOT_NONE).then_some(r)
+    }
+
+    /// Steers as a pinned instance's reader does: under a lease.
+    #[cfg(test)]
+    pub(crate) fn take_leases(&mut self) {
+        self.lease = Some(Mutex::new(Steer::none()));
+    }
+
+    /// The raw control block and watch key, for a test that moves capture
+    /// from one thread while another runs the program.
+    #[cfg(test)]
+    pub(crate) fn control_ptr(&self) -> (*mut types::td_control, *mut types::td_watch) {
+        (self.ctl(), self.watch())
+    }
+}
