@@ -166,6 +166,12 @@ held_dontneeds() {
 	done
 }
 
+# kprobe_links: true if the kernel links kprobe programs (BPF_LINK_TYPE_PERF_EVENT,
+# Linux 5.15), which a pin in kprobe mode takes.
+kprobe_links() {
+	bpftool btf dump file /sys/kernel/btf/vmlinux 2>/dev/null | grep -q "'BPF_LINK_TYPE_PERF_EVENT'"
+}
+
 # thp_callers: sets the callers of deferred_split_folio for the thp workload that moved
 # between kernel versions (the ones that did not: folio_remove_rmap_ptes for a partial
 # unmap, collapse_huge_page for MADV_COLLAPSE):

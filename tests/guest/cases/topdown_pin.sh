@@ -232,7 +232,7 @@ expect_eq "maps left" "$(td_maps)" 0
 # 6. A kprobe pin of vfs_read, and unpin --all. A kernel without kprobe links
 # (BPF_LINK_TYPE_PERF_EVENT, Linux 5.15; 5.10 has none) refuses it in one line,
 # leaving nothing: there the fentry pin is the one unpin --all removes.
-if bpftool btf dump file /sys/kernel/btf/vmlinux 2>/dev/null | grep -q "'BPF_LINK_TYPE_PERF_EVENT'"; then
+if kprobe_links; then
 	pin_mode=kprobe
 	topdown pin vfs_read --kprobe --no-profile 2>/dev/null || fail "kprobe pin failed"
 else
