@@ -1,16 +1,31 @@
+# case-timeout: 240
 # topdown serve --capture: the trigger of a live run on a pinned function with no
 # terminal. THP faults make FAULT_ALLOC take over, then half-unmaps move capture to ZAP;
 # /metrics says which reason is captured and how many stacks; the pprof endpoint returns
 # the window's ZAP stacks, checked with an independent decoder (protoc --decode_raw); a
 # live topdown FUNC is refused while serve steers capture; unpin is not, and serve lets
 # go of the instance, leaving nothing behind. Prints serve's CPU time and memory.
+# On 6.1 and 5.10 the function is deferred_split_huge_page, which THP faults never
+# call, and page_remove_rmap calls it for every PTE-mapped page of a THP it unmaps (256
+# at each half unmap): there it is pinned with rules naming a half MADV_DONTNEED's
+# calls DONTNEED and a half munmap's MUNMAP, and half MADV_DONTNEEDs take over first;
+# every thp holds its exit (more calls) until the end.
 . "$TD_LIB"
 need_cmd topdown thp wget protoc gunzip bpftool capbound
-need_func deferred_split_folio
+split_fn
 thp_callers
 
 N=40
-F=deferred_split_folio
+F=$TD_SPLIT
+if [ $F = deferred_split_huge_page ]; then
+	# The first reason to take over and the second, calls per half unmap, the rmap
+	# call, the pin's arguments.
+	R1=DONTNEED R2=MUNMAP PER=256 RMAP=page_remove_rmap
+	PIN_ARGS="--rules $TD_RULES_61;DONTNEED=page_remove_rmap"
+	HOLD="--hold-ms 600000"
+else
+	R1=FAULT_ALLOC R2=ZAP PER=1 RMAP=folio_remove_rmap_ptes PIN_ARGS= HOLD=
+fi
 URL=http://127.0.0.1:9477
 scrape() {
 	wget -q -O "$TD_TMP/metrics" $URL/metrics || fail "scrape failed"
@@ -24,7 +39,8 @@ cpu_rss() {
 	echo " $(awk '/^VmRSS/ { print $2 }' "/proc/$1/status")"
 }
 
-topdown pin $F 2>/dev/null || fail "pin failed"
+# shellcheck disable=SC2086 # PIN_ARGS's words are separate arguments
+topdown pin $F $PIN_ARGS 2>/dev/null || fail "pin failed"
 # With the capabilities topdown-serve.service leaves it (capbound execs topdown).
 capbound bpf,perfmon,syslog topdown serve --capture --listen 127.0.0.1:9477 --min-rate 5 --min-events 3 \
 	2>"$TD_TMP/serve.err" &
@@ -32,38 +48,62 @@ serve_pid=$!
 wait_line "$TD_TMP/serve.err" "^topdown: $F: watching for a reason to take over (threshold 80%)"
 cost0=$(cpu_rss $serve_pid)
 
-# 1. FAULT_ALLOC takes over; a pprof window opens; ZAP takes over.
-thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50
-wait_line "$TD_TMP/serve.err" "^topdown: $F: FAULT_ALLOC has 100.0% of calls (.*threshold 80%): capturing its stacks"
+# 1. FAULT_ALLOC takes over (6.1, 5.10: DONTNEED); a pprof window opens; ZAP (MUNMAP)
+# takes over.
+# shellcheck disable=SC2086 # HOLD's words are separate arguments
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 $HOLD
+if [ $F = deferred_split_huge_page ]; then
+	# 256 calls at a time: 8 of them, one after another, so that some come after the
+	# capture has begun.
+	D=8
+	held_dontneeds $D
+	first=$((PER * D))
+else
+	first=$N
+fi
+wait_line "$TD_TMP/serve.err" "^topdown: $F: $R1 has 100.0% of calls (.*threshold 80%): capturing its stacks"
 sleep 1.2
 wget -q -O "$TD_TMP/prof.gz" "$URL/debug/pprof/topdown?seconds=5&function=$F" &
 wget_pid=$!
 sleep 0.5
 kill -USR1 $thp_pid
-wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+if [ $F = deferred_split_huge_page ]; then
+	wait_line "$TD_TMP/thp.out" "^thp: faults=0 munmap_halves=$N "
+else
+	wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
+fi
 wait $wget_pid || fail "pprof request failed"
 cat "$TD_TMP/serve.err"
-grep -q "^topdown: $F: ZAP has 100.0% of calls (.*threshold 80%): moving stack capture from FAULT_ALLOC" \
-	"$TD_TMP/serve.err" || fail "no switch line for ZAP"
+grep -q "^topdown: $F: $R2 has 100.0% of calls (.*threshold 80%): moving stack capture from $R1" \
+	"$TD_TMP/serve.err" || fail "no switch line for $R2"
 scrape
-expect_eq "capture_active ZAP" "$(metric "topdown_capture_active{function=\"$F\",reason=\"ZAP\"}")" 1
-expect_eq "capture_active FAULT_ALLOC" "$(metric "topdown_capture_active{function=\"$F\",reason=\"FAULT_ALLOC\"}")" 0
-zap=$(metric "topdown_stacks_total{function=\"$F\",reason=\"ZAP\"}")
-faults=$(metric "topdown_stacks_total{function=\"$F\",reason=\"FAULT_ALLOC\"}")
-echo "stacks: ZAP $zap, FAULT_ALLOC $faults"
-[ "$zap" -gt 0 ] && [ "$zap" -lt $N ] || fail "ZAP stacks $zap, want 1..$((N - 1))"
-[ "$faults" -gt 0 ] && [ "$faults" -le $N ] || fail "FAULT_ALLOC stacks $faults, want 1..$N"
-expect_eq "calls ZAP" "$(metric "topdown_calls_total{function=\"$F\",reason=\"ZAP\"}")" $N
+expect_eq "capture_active $R2" "$(metric "topdown_capture_active{function=\"$F\",reason=\"$R2\"}")" 1
+expect_eq "capture_active $R1" "$(metric "topdown_capture_active{function=\"$F\",reason=\"$R1\"}")" 0
+zap=$(metric "topdown_stacks_total{function=\"$F\",reason=\"$R2\"}")
+faults=$(metric "topdown_stacks_total{function=\"$F\",reason=\"$R1\"}")
+echo "stacks: $R2 $zap, $R1 $faults"
+[ "$zap" -gt 0 ] && [ "$zap" -lt $((PER * N)) ] || fail "$R2 stacks $zap, want 1..$((PER * N - 1))"
+[ "$faults" -gt 0 ] && [ "$faults" -le $first ] || fail "$R1 stacks $faults, want 1..$first"
+expect_eq "calls $R2" "$(metric "topdown_calls_total{function=\"$F\",reason=\"$R2\"}")" $((PER * N))
+expect_eq "calls $R1" "$(metric "topdown_calls_total{function=\"$F\",reason=\"$R1\"}")" $first
+if [ $F = deferred_split_huge_page ]; then
+	expect_eq "calls EXIT" "$(metric "topdown_calls_total{function=\"$F\",reason=\"EXIT\"}")" 0
+	# shellcheck disable=SC2086 # one pid a word
+	kill $thp_pid $held_pids
+	# shellcheck disable=SC2086
+	wait $thp_pid $held_pids
+fi
 
 # 2. The profile, decoded by protoc: its string table and its samples, whose values add
-# up to the ZAP stacks /metrics counts (the window held every unmap, and no fault).
+# up to the ZAP stacks /metrics counts (the window held every unmap, and no fault;
+# 6.1, 5.10: every half munmap, and no MADV_DONTNEED).
 gunzip -c "$TD_TMP/prof.gz" >"$TD_TMP/prof.pb" || fail "the profile is not gzip"
 protoc --decode_raw <"$TD_TMP/prof.pb" >"$TD_TMP/prof.txt" || fail "protoc cannot decode the profile"
 strings_of() { sed -n 's/^6: "\(.*\)"$/\1/p' "$TD_TMP/prof.txt"; }
-for s in calls count function reason comm pid $F ZAP thp folio_remove_rmap_ptes "$TD_ZAP_WALK"; do
+for s in calls count function reason comm pid $F $R2 thp $RMAP "$TD_ZAP_WALK"; do
 	strings_of | grep -qx "$s" || fail "string table lacks '$s'"
 done
-strings_of | grep -qx FAULT_ALLOC && fail "the window holds FAULT_ALLOC stacks"
+strings_of | grep -qx $R1 && fail "the window holds $R1 stacks"
 # The samples (field 2): their values, each a packed varint string (C escapes).
 samples=$(grep -c '^2 {' "$TD_TMP/prof.txt")
 total=$(awk '
@@ -95,7 +135,7 @@ echo
 sed -n '/^2 {/,/^}/p' "$TD_TMP/prof.txt" | sed -n '1,/^}/p'
 echo "profile: $samples samples, $total calls"
 [ "$samples" -ge 1 ] || fail "no samples"
-expect_eq "profile total = ZAP stacks" "$total" "$zap"
+expect_eq "profile total = $R2 stacks" "$total" "$zap"
 
 # 3. One reader steers capture: a live run is refused while serve captures.
 out=$(topdown $F -d 1 2>&1 >/dev/null)
