@@ -1,3 +1,4 @@
+# case-timeout: 240
 # Spike capture: the trigger looks at the last second every 100 ms, whatever -i is,
 # and switching capture on is a store to BPF-visible memory, so a short burst's stacks
 # are caught while it lasts.
@@ -11,11 +12,149 @@
 #      unmaps (ZAP): the silent reason does not hold capture, which moves within 0.3 s of
 #      the burst's first call (the workload's CLOCK_MONOTONIC stamp against the capture's
 #      start_ns, the same clock) and takes stacks.
+# On 6.1 and 5.10 the function is deferred_split_huge_page, which THP faults never
+# call, and page_remove_rmap calls it for every PTE-mapped page of a THP it unmaps:
+# 256 at each half unmap, 256 more at exit. There the reasons come from rules: a half
+# munmap's calls are MUNMAP, a half MADV_DONTNEED's DONTNEED, the exit's EXIT; the
+# bursts' thp processes hold their exit until topdown has stopped, and DONTNEED takes
+# FAULT_ALLOC's part.
 . "$TD_LIB"
 need_cmd topdown thp
-need_func deferred_split_folio
+split_fn
 
 N=100 GAP=4
+
+# capture_field N KEY: KEY of the Nth (1-based) object in the summary's "captures".
+capture_field() {
+	echo "$TD_SUMMARY" | grep -o '"captures":\[.*\]' | grep -o '{"reason":[^}]*}' |
+		sed -n "${1}p" | grep -o "\"$2\":[^,}]*" | sed 's/^[^:]*://; s/"//g'
+}
+
+if [ $TD_SPLIT = deferred_split_huge_page ]; then
+	N=40 GAP=10
+	FN=$TD_SPLIT
+	RULES="$TD_RULES_61;DONTNEED=page_remove_rmap"
+	HOLD="--hold-ms 600000"
+	# burst ARGS...: the same as below, N half munmaps of 256 calls each; thp exits
+	# only once topdown has stopped.
+	burst() {
+		# shellcheck disable=SC2086 # HOLD's words are separate arguments
+		thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP --stamps "$TD_TMP/stamps" $HOLD
+		td_start $FN --rules "$RULES" "$@"
+		sleep 1.5
+		kill -USR1 $thp_pid
+		wait_line "$TD_TMP/thp.out" "^thp: faults=0 munmap_halves=$N "
+		sleep 1
+		td_stop INT
+		kill $thp_pid
+		wait $thp_pid
+		cat "$TD_ERR"
+	}
+	# DONTNEED's bursts: D half MADV_DONTNEEDs, one per thp, one thp after another,
+	# 256 calls each (held_dontneeds); a single one would be over before capture began.
+	D=8
+
+	# 1. A burst with -i 1 and -i 10: capture covers at least half of the calls made
+	# 150 ms or more after the burst's first (256 come at once, more than --max-rate
+	# lets through, so the capture's calls are compared, not its stacks).
+	for i in 1 10; do
+		burst -i $i
+		expect_eq "-i $i: MUNMAP" "$(reason_count MUNMAP)" $((256 * N))
+		expect_eq "-i $i: EXIT" "$(reason_count EXIT)" 0
+		expect_eq "-i $i: stack reason" "$(summary_str stack_reason)" MUNMAP
+		expect_eq "-i $i: reasons with stacks" \
+			"$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":\[{"reason":"[A-Z_]*"' | sed 's/.*"reason":"//; s/"//')" MUNMAP
+		expect_eq "-i $i: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[[^]]*\]' | grep -o '"reason"' | wc -l)" 1
+		first=$(awk '$1 == "munmap" { print $2; exit }' "$TD_TMP/stamps")
+		late=$(awk -v t=$((first + 150000000)) '$1 == "munmap" && $2 >= t { n++ } END { print n + 0 }' "$TD_TMP/stamps")
+		calls=$(capture_field 1 calls)
+		stacks=$(capture_field 1 stacks)
+		fs=$(capture_field 1 first_stack_ns)
+		echo "-i $i: burst of $N half munmaps over $(((($(awk '{ t = $2 } END { print t }' "$TD_TMP/stamps") - first) / 1000000))) ms;" \
+			"$late of them 150 ms or more after its first; capture: $calls calls, $stacks stacks;" \
+			"first stack $(((fs - first) / 1000000)) ms after the burst's first call"
+		[ "$late" -gt 10 ] || fail "-i $i: the burst was too short to tell ($late late half munmaps)"
+		[ $((calls * 2)) -ge $((256 * late)) ] || fail "-i $i: capture saw $calls calls of $((256 * late)) after 150 ms"
+		[ "$stacks" -gt 0 ] || fail "-i $i: no stacks"
+		expect_eq "-i $i: every stack sent is MUNMAP's" "$(summary_num stacks_sent)" "$(summary_num stacks_captured)"
+	done
+
+	# 2. MUNMAP's burst, then 3 s later a burst of half MADV_DONTNEEDs.
+	# shellcheck disable=SC2086
+	thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP $HOLD
+	td_start $FN --rules "$RULES" -i 1
+	sleep 1.5
+	kill -USR1 $thp_pid
+	wait_line "$TD_TMP/thp.out" "^thp: faults=0 munmap_halves=$N "
+	sleep 3
+	held_pids=
+	held_dontneeds $D
+	sleep 1
+	td_stop INT
+	# shellcheck disable=SC2086 # one pid a word
+	kill $thp_pid $held_pids
+	# shellcheck disable=SC2086
+	wait $thp_pid $held_pids
+	cat "$TD_ERR"
+	expect_eq "two bursts: MUNMAP" "$(reason_count MUNMAP)" $((256 * N))
+	expect_eq "two bursts: DONTNEED" "$(reason_count DONTNEED)" $((256 * D))
+	expect_eq "two bursts: capture order" "$(capture_field 1 reason) $(capture_field 2 reason)" "MUNMAP DONTNEED"
+	[ "$(capture_field 1 stacks)" -gt 0 ] && [ "$(capture_field 2 stacks)" -gt 0 ] ||
+		fail "two bursts: a burst without stacks"
+	grep -q "DONTNEED has .* moving stack capture from MUNMAP" "$TD_ERR" || fail "no notice of the move"
+	sets=$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":.*' | grep -o '{"reason":"[A-Z_]*","captured"' |
+		sed 's/.*"reason":"//; s/",.*//' | tr '\n' ' ')
+	expect_eq "two bursts: reasons with stacks, in order" "$sets" "MUNMAP DONTNEED "
+
+	# 3. A steady mix: thp processes one after another, each a half munmap and its
+	# exit, 256 calls each a few ms apart. A second that holds a single burst may be all
+	# one reason's; --min-events 600 takes only seconds with three bursts of a reason
+	# or more, and so two of the other between them: neither reaches 80%.
+	M=10
+	td_start $FN --rules "$RULES" -i 1 --min-events 600
+	j=0
+	while [ $j -lt $M ]; do
+		thp --munmap-halves 1 >/dev/null || fail "thp failed"
+		j=$((j + 1))
+	done
+	td_stop INT
+	expect_eq "mix: MUNMAP" "$(reason_count MUNMAP)" $((256 * M))
+	expect_eq "mix: EXIT" "$(reason_count EXIT)" $((256 * M))
+	expect_eq "mix: phase" "$(summary_str phase)" counting
+	expect_eq "mix: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[\]')" '"captures":[]'
+
+	# 4. --no-auto: the burst is counted, nothing is captured.
+	burst -i 1 --no-auto
+	expect_eq "no-auto: MUNMAP" "$(reason_count MUNMAP)" $((256 * N))
+	expect_eq "no-auto: phase" "$(summary_str phase)" counting
+
+	# 5. Capture on DONTNEED, then 3 s of silence, then MUNMAP's burst.
+	td_start $FN --rules "$RULES" -i 1
+	# shellcheck disable=SC2086
+	thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms $GAP --stamps "$TD_TMP/stamps" $HOLD
+	held_pids=
+	held_dontneeds $D
+	sleep 3
+	kill -USR1 $thp_pid
+	wait_line "$TD_TMP/thp.out" "^thp: faults=0 munmap_halves=$N "
+	sleep 1
+	td_stop INT
+	# shellcheck disable=SC2086
+	kill $thp_pid $held_pids
+	# shellcheck disable=SC2086
+	wait $thp_pid $held_pids
+	cat "$TD_ERR"
+	expect_eq "quiet capture: DONTNEED" "$(reason_count DONTNEED)" $((256 * D))
+	expect_eq "quiet capture: MUNMAP" "$(reason_count MUNMAP)" $((256 * N))
+	expect_eq "quiet capture: capture order" "$(capture_field 1 reason) $(capture_field 2 reason)" "DONTNEED MUNMAP"
+	first=$(awk '$1 == "munmap" { print $2; exit }' "$TD_TMP/stamps")
+	start=$(capture_field 2 start_ns)
+	stacks=$(capture_field 2 stacks)
+	echo "quiet capture: MUNMAP's capture began $(((start - first) / 1000000)) ms after the burst's first call; $stacks stacks"
+	[ $((start - first)) -le 300000000 ] || fail "quiet capture: moved $(((start - first) / 1000000)) ms after the burst began"
+	[ "$stacks" -gt 0 ] || fail "quiet capture: no stacks of MUNMAP"
+	exit 0
+fi
 
 # burst ARGS...: THP faults first (before topdown starts: quiet), then topdown ARGS,
 # then N half unmaps GAP ms apart, stamped; stops topdown 1 s after the burst.
@@ -28,12 +167,6 @@ burst() {
 	sleep 1
 	td_stop INT
 	cat "$TD_ERR"
-}
-
-# capture_field N KEY: KEY of the Nth (1-based) object in the summary's "captures".
-capture_field() {
-	echo "$TD_SUMMARY" | grep -o '"captures":\[.*\]' | grep -o '{"reason":[^}]*}' |
-		sed -n "${1}p" | grep -o "\"$2\":[^,}]*" | sed 's/^[^:]*://; s/"//g'
 }
 
 for i in 1 10; do
