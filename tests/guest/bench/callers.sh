@@ -19,6 +19,7 @@
 # the site cache did not serve (uncached) and topdown's own calls, left out.
 # case-timeout: 1500
 . "$TD_LIB"
+. /bench/lib.sh
 need_cmd topdown taskset bpftool find md5sum
 FUNCS=${TD_BENCH_FUNCS:-kmem_cache_free kfree dput}
 need_func $FUNCS
@@ -53,23 +54,11 @@ mixed() {
 }
 
 bt=
-if command -v bpftrace >/dev/null 2>&1; then
-	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
-	bt_fentry=kfunc
-	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
-	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
-	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+if bt_detect; then
 	bt=1
 else
 	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
 fi
-
-# progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
-progs() {
-	bpftool prog show 2>/dev/null |
-		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
-}
-prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 
 # windows FUNC ROUND KIND:ID...: WINDOWS passes of the workload; per pass and program,
 # "FUNC ROUND KIND NS_PER_CALL CALLS" in results.
@@ -131,22 +120,9 @@ td_round() {
 
 # bt_round FUNC ROUND
 bt_round() {
-	out=$TD_TMP/bt.out
-	rm -f "$out"
-	__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$bt_fentry:$1 { @n = count(); }" >"$out" 2>&1 &
-	pid=$!
-	k=0
-	until grep -qs "$bt_attached" "$out"; do
-		kill -0 $pid 2>/dev/null || fail "bpftrace on $1 ended: $(cat "$out")"
-		k=$((k + 1))
-		[ $k -lt 1200 ] || fail "bpftrace on $1 did not attach within 120 s"
-		sleep 0.1
-	done
-	sleep $bt_settle
-	id=$(progs | sort -k4 -n | tail -1 | cut -d' ' -f1)
-	windows "$1" "$2" "bt:$id"
-	kill -INT $pid
-	wait $pid
+	bt_start "$bt_fentry:$1 { @n = count(); }"
+	windows "$1" "$2" "bt:$(bt_prog)"
+	bt_stop
 }
 
 : >"$TD_TMP/results"

@@ -24,6 +24,7 @@
 # thread, so work on CPU 1 would count into CPU 0's BPF run times.
 # case-timeout: 1500
 . "$TD_LIB"
+. /bench/lib.sh
 need_cmd topdown readloop taskset bpftool
 need_func vfs_read
 
@@ -66,14 +67,7 @@ fi
 # The bpftrace rows, "bpftrace MODE PROGRAM" (MODE: the bare counter to compare with).
 # bpftrace before 0.20 spells fentry "kfunc".
 bt_version=
-if command -v bpftrace >/dev/null 2>&1; then
-	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
-	bt_fentry=kfunc
-	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
-	# With this variable set, bpftrace prints the line once its probes are attached (the
-	# hook its own runtime tests wait on); one without it says "Attaching" before that.
-	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
-	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+if bt_detect; then
 	cat >>"$TD_TMP/configs" <<EOC
 bpftrace $bt_version, $bt_fentry:vfs_read { @n = count(); }|bpftrace fentry $bt_fentry:vfs_read { @n = count(); }
 bpftrace $bt_version, kprobe:vfs_read { @[kstack(2)] = count(); }|bpftrace kprobe kprobe:vfs_read { @[kstack(2)] = count(); }
@@ -117,15 +111,6 @@ reads() {
 
 # read_ns: N reads on CPU 0 (see reads), their ns per read.
 read_ns() { reads "$N" | sed -n 's/.*ns_per_read=//p'; }
-
-# progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
-progs() {
-	bpftool prog show 2>/dev/null |
-		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
-}
-
-# prog_id PATTERN: the newest loaded program whose name matches PATTERN (an ERE).
-prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 
 # windows I ROUND KIND:ID...: WINDOWS windows of WINDOW_READS reads on CPU 0; for each
 # window and program ID, "I ROUND KIND NS_PER_CALL" in results.
@@ -208,25 +193,11 @@ one() {
 		prog=${3#bpftrace }
 		mode=${prog%% *}
 		prog=${prog#* }
-		out=$TD_TMP/bt.out
-		rm -f "$out"
-		__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$prog" >"$out" 2>&1 &
-		pid=$!
-		k=0
-		until grep -qs "$bt_attached" "$out"; do
-			kill -0 $pid 2>/dev/null || fail "bpftrace -e '$prog' ended: $(cat "$out")"
-			k=$((k + 1))
-			[ $k -lt 1200 ] || fail "bpftrace -e '$prog' did not attach within 120 s"
-			sleep 0.1
-		done
-		sleep $bt_settle
+		bt_start "$prog"
 		echo "$1 $2 read $(read_ns)" >>"$TD_TMP/results"
-		# Its program: the one that ran most (bpftrace alone is tracing now).
-		id=$(progs | sort -k4 -n | tail -1 | cut -d' ' -f1)
-		windows "$1" "$2" "prog:$id"
+		windows "$1" "$2" "prog:$(bt_prog)"
 		echo "$1 $2 mode $mode" >>"$TD_TMP/results"
-		kill -INT $pid
-		wait $pid
+		bt_stop
 		;;
 	*)
 		# Two runs: readloop's wall time with topdown alone, then the program's cost

@@ -1,0 +1,51 @@
+# Helpers the benchmarks share (sourced as /bench/lib.sh after $TD_LIB; every guest has
+# the benchmarks in /bench, and the runner takes no case named lib).
+
+# progs: "ID NAME RUN_TIME_NS RUN_CNT" of every loaded BPF program.
+progs() {
+	bpftool prog show 2>/dev/null |
+		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
+}
+
+# prog_id PATTERN: the newest loaded program whose name matches PATTERN (an ERE).
+prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
+
+# bt_detect: whether the guest has bpftrace (tests/guest/run --bpftrace puts it there);
+# if so sets bt_version, bt_fentry (bpftrace before 0.20 spells fentry "kfunc"), and
+# bt_attached and bt_settle: with __BPFTRACE_NOTIFY_PROBES_ATTACHED set, bpftrace prints
+# that line once its probes are attached (the hook its own runtime tests wait on); one
+# without it says "Attaching" before that, so it is given longer to settle.
+bt_detect() {
+	command -v bpftrace >/dev/null 2>&1 || return 1
+	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
+	bt_fentry=kfunc
+	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
+	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
+	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+}
+
+# bt_start PROGRAM: bpftrace -e PROGRAM on CPU 0 until bt_stop, attached and settled.
+bt_start() {
+	_bt_out=$TD_TMP/bt.out
+	rm -f "$_bt_out"
+	__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$1" >"$_bt_out" 2>&1 &
+	BT_PID=$!
+	_bt_k=0
+	until grep -qs "$bt_attached" "$_bt_out"; do
+		kill -0 $BT_PID 2>/dev/null || fail "bpftrace -e '$1' ended: $(cat "$_bt_out")"
+		_bt_k=$((_bt_k + 1))
+		[ $_bt_k -lt 1200 ] || fail "bpftrace -e '$1' did not attach within 120 s"
+		sleep 0.1
+	done
+	sleep "$bt_settle"
+}
+
+# bt_prog: the id of bpftrace's program, once it has run: the program that ran most
+# (bpftrace alone is tracing).
+bt_prog() { progs | sort -k4 -n | tail -1 | cut -d' ' -f1; }
+
+# bt_stop: ends the bpftrace bt_start started.
+bt_stop() {
+	kill -INT $BT_PID
+	wait $BT_PID
+}
