@@ -3,7 +3,7 @@
 //! `maps`.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
@@ -14,6 +14,11 @@ use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
 use crate::error::{Error, Result};
 use crate::host::Features;
+
+mod links;
+#[cfg(test)]
+pub(crate) mod selftest;
+mod stats;
 
 /// How the traced function is hooked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,10 +126,33 @@ fn open_for<'obj>(
         #[cfg(test)]
         Programs::SelfTest => (None, None),
     };
+    select_programs(&mut open, mode, companion, Counting::of(config, host));
+    if mode == Some(Mode::Fentry) {
+        set_fentry_targets(&mut open, func)?;
+    }
+    size_maps(&mut open, config, mode == Some(Mode::Uprobe), host)?;
+    write_config(&mut open, config, host);
+    #[cfg(test)]
+    if mode.is_none() {
+        let ro = open.maps.rodata_data.as_deref_mut();
+        ro.expect("the BPF object has .rodata").cfg.synthetic_stack = 1;
+    }
+    Ok(open)
+}
+
+/// Loads the counting program of `mode` (None: the self-test one) that
+/// `which` names, and the companion asked for; every program is attached
+/// by hand.
+fn select_programs(
+    open: &mut OpenTopdownSkel<'_>,
+    mode: Option<Mode>,
+    companion: Option<Companion>,
+    which: Counting,
+) {
     let fentry = mode == Some(Mode::Fentry);
     let kprobe = mode == Some(Mode::Kprobe);
     let uprobe = mode == Some(Mode::Uprobe);
-    let Counting { any, loops } = Counting::of(config, host);
+    let Counting { any, loops } = which;
     let p = &mut open.progs;
     for (prog, kind, a, l) in [
         (&mut p.td_fentry, fentry, false, true),
@@ -151,7 +179,6 @@ fn open_for<'obj>(
     p.td_bare_kprobe.set_autoload(bare && kprobe);
     p.td_uprobe.set_autoload(uprobe);
     p.td_bare_uprobe.set_autoload(bare && uprobe);
-    // Every program is attached by hand.
     for prog in [
         &mut p.td_fentry,
         &mut p.td_fentry_any,
@@ -174,25 +201,39 @@ fn open_for<'obj>(
     ] {
         prog.set_autoattach(false);
     }
-    if fentry {
-        // Only programs that load: each target set is a search of the
-        // kernel's BTF by name (about 6 ms each in the emulated guest).
-        for prog in [
-            &mut p.td_fentry,
-            &mut p.td_fentry_any,
-            &mut p.td_fentry_nl,
-            &mut p.td_fentry_any_nl,
-            &mut p.td_empty_fentry,
-            &mut p.td_empty_fexit,
-            &mut p.td_bare_fentry,
-        ] {
-            if !prog.autoload() {
-                continue;
-            }
-            prog.set_attach_target(0, Some(func.to_string()))
-                .map_err(|e| Error::bpf("setting the fentry target", e))?;
+}
+
+/// Sets `func` as the target of the fentry programs that load: only
+/// those, as each target set is a search of the kernel's BTF by name.
+fn set_fentry_targets(open: &mut OpenTopdownSkel<'_>, func: &str) -> Result<()> {
+    let p = &mut open.progs;
+    for prog in [
+        &mut p.td_fentry,
+        &mut p.td_fentry_any,
+        &mut p.td_fentry_nl,
+        &mut p.td_fentry_any_nl,
+        &mut p.td_empty_fentry,
+        &mut p.td_empty_fexit,
+        &mut p.td_bare_fentry,
+    ] {
+        if !prog.autoload() {
+            continue;
         }
+        prog.set_attach_target(0, Some(func.to_string()))
+            .map_err(|e| Error::bpf("setting the fentry target", e))?;
     }
+    Ok(())
+}
+
+/// Sizes the maps for what this load can use: a table that cannot serve
+/// is shrunk to one entry, and on-demand allocation is used where the
+/// kernel has it.
+fn size_maps(
+    open: &mut OpenTopdownSkel<'_>,
+    config: &Config,
+    uprobe: bool,
+    host: &Features,
+) -> Result<()> {
     // Pending sites are few and inserted once each: allocated on demand,
     // the table costs neither its full size on every CPU (16384 entries x
     // 8 bytes x CPUs) nor the time to set that up before attaching.
@@ -227,13 +268,20 @@ fn open_for<'obj>(
     }
     // A run that can never capture has the stack gate compiled out: its
     // ring buffer need not hold 4 MiB of kernel memory, nor take the time
-    // to set them up (about 9 ms of an emulated start-up).
+    // to set them up.
     if !config.stacks {
         open.maps
             .samples
             .set_max_entries(ctl::page_size() as u32)
             .map_err(|e| Error::bpf("sizing the stack ring buffer", e))?;
     }
+    Ok(())
+}
+
+/// Writes `config`, and the helpers `host` has, into the object's
+/// read-only data, and the deeper-frame tables known before load into its
+/// .bss.
+fn write_config(open: &mut OpenTopdownSkel<'_>, config: &Config, host: &Features) {
     if let Some(deep) = &config.deep {
         let bss = open
             .maps
@@ -252,11 +300,6 @@ fn open_for<'obj>(
     // Helpers the kernel may lack: each has a way round it.
     ro.cfg.func_ip_helper = host.func_ip_helper.into();
     ro.cfg.arg_cnt_helper = host.arg_cnt_helper.into();
-    #[cfg(test)]
-    if mode.is_none() {
-        ro.cfg.synthetic_stack = 1;
-    }
-    Ok(open)
 }
 
 /// Puts the filter's pids and cgroup into their maps: after load, before
@@ -497,144 +540,6 @@ impl<'obj> Probe<'obj> {
         })
     }
 
-    /// Attaches the companion program (loaded only if asked for).
-    pub(crate) fn attach_companion(&mut self, kind: Companion) -> Result<()> {
-        let prog = self
-            .companion_prog(kind)
-            .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?;
-        let link = match (kind, self.mode) {
-            (Companion::Bare, Mode::Kprobe) => prog.attach_kprobe(false, &self.func),
-            (_, Mode::Uprobe) => {
-                return Err(Error::msg(
-                    "a uprobe's companion is attached with attach_uprobes",
-                ))
-            }
-            _ => prog.attach_trace(),
-        }
-        .map_err(|e| Error::bpf("attaching the companion program", e))?;
-        if let Owner::Loaded { companion, .. } = &mut self.owner {
-            *companion = Some((kind, link));
-        }
-        Ok(())
-    }
-
-    /// Run statistics of the companion program, if one is attached.
-    pub(crate) fn companion_stats(&self) -> Option<(Companion, ProgStats)> {
-        let Owner::Loaded {
-            companion: Some((kind, _)),
-            ..
-        } = &self.owner
-        else {
-            return None;
-        };
-        Some((*kind, prog_stats(self.companion_prog(*kind)?.as_fd())))
-    }
-
-    /// Run statistics of the counting program (run_cnt and run_time_ns
-    /// need kernel.bpf_stats_enabled=1).
-    pub(crate) fn prog_stats(&self) -> ProgStats {
-        match &self.owner {
-            Owner::Loaded { skel, which, .. } => {
-                prog_stats(counting(skel, Some(self.mode), *which).as_fd())
-            }
-            Owner::Pinned { prog, .. } => prog.as_ref().map_or_else(
-                || {
-                    unknown_stats("the pinned link's program cannot be opened");
-                    ProgStats::default()
-                },
-                |fd| prog_stats(fd.as_fd()),
-            ),
-        }
-    }
-
-    /// Pins the counting program's link and the maps into `dir`, so that
-    /// they outlive this process; from then on they are the pin's.
-    pub(crate) fn pin(&mut self, dir: &std::path::Path) -> Result<()> {
-        let Owner::Loaded {
-            link: Some(link), ..
-        } = &mut self.owner
-        else {
-            return Err(Error::msg("nothing attached to pin"));
-        };
-        link.pin(dir.join("link")).map_err(|e| {
-            Error::bpf(
-                "pinning the program's link (kprobe links need kernel 5.15 or later)",
-                e,
-            )
-        })?;
-        self.maps.pin(dir)?;
-        // The program too: a reader opens it for its run statistics with
-        // no CAP_SYS_ADMIN (finding it by id would take it).
-        let Owner::Loaded { skel, which, .. } = &self.owner else {
-            unreachable!("matched above")
-        };
-        let path = std::ffi::CString::new(dir.join("prog").into_os_string().into_encoded_bytes())
-            .map_err(|_| Error::msg("a pin path with a NUL byte"))?;
-        let fd = counting(skel, Some(self.mode), *which).as_fd().as_raw_fd();
-        // SAFETY: a plain syscall wrapper, with a valid fd and path.
-        if unsafe { libbpf_sys::bpf_obj_pin(fd, path.as_ptr()) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::msg(format!("cannot pin the counting program: {e}")));
-        }
-        let Owner::Loaded {
-            link: Some(link), ..
-        } = &mut self.owner
-        else {
-            unreachable!("matched above")
-        };
-        // The pin holds the link now: dropping ours must not detach it.
-        link.disconnect();
-        Ok(())
-    }
-
-    /// Attaches the uprobe program (and the bare counter if it was loaded)
-    /// at `offset` in `path`: once for every process (pid -1), or once
-    /// per pid, so that other processes do not even trap.
-    pub(crate) fn attach_uprobes(
-        &mut self,
-        path: &std::path::Path,
-        offset: usize,
-        pids: &[i32],
-        bare: bool,
-    ) -> Result<()> {
-        let Owner::Loaded {
-            skel,
-            link,
-            companion,
-            more,
-            ..
-        } = &mut self.owner
-        else {
-            return Err(Error::msg("a pinned instance is attached already"));
-        };
-        let all = [-1];
-        let pids = if pids.is_empty() { &all[..] } else { pids };
-        for &pid in pids {
-            let l = skel
-                .progs
-                .td_uprobe
-                .attach_uprobe(false, pid, path, offset)
-                .map_err(|e| Error::bpf("attaching the uprobe", e))?;
-            if link.is_none() {
-                *link = Some(l);
-            } else {
-                more.push(l);
-            }
-            if bare {
-                let b = skel
-                    .progs
-                    .td_bare_uprobe
-                    .attach_uprobe(false, pid, path, offset)
-                    .map_err(|e| Error::bpf("attaching the bare uprobe counter", e))?;
-                match companion {
-                    None => *companion = Some((Companion::Bare, b)),
-                    Some(_) => more.push(b),
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Captures stacks of `slot` from now on; `callers` are the address
     /// ranges of the reason's caller functions, for calls from sites not
     /// resolved yet.
@@ -647,127 +552,6 @@ impl Drop for Probe<'_> {
     fn drop(&mut self) {
         if let Owner::Pinned { steering: true, .. } = self.owner {
             self.release();
-        }
-    }
-}
-
-/// Says, once, that the program's run statistics cannot be read: its cost
-/// and recursion misses are then unknown, not none.
-fn unknown_stats(why: &str) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        eprintln!(
-            "topdown: warning: cannot read the BPF program's run statistics ({why}): \
-             its cost and recursion misses are unknown, and shown as 0"
-        );
-    }
-}
-
-fn prog_stats(fd: std::os::fd::BorrowedFd<'_>) -> ProgStats {
-    use std::os::fd::AsRawFd;
-    let mut info = libbpf_sys::bpf_prog_info::default();
-    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-    // SAFETY: info is a zeroed bpf_prog_info and len its size; the kernel
-    // writes at most len bytes.
-    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
-    if rc != 0 {
-        unknown_stats(&std::io::Error::from_raw_os_error(-rc).to_string());
-        return ProgStats::default();
-    }
-    ProgStats {
-        run_cnt: info.run_cnt,
-        run_time_ns: info.run_time_ns,
-        recursion_misses: info.recursion_misses,
-    }
-}
-
-/// The counting and stack paths run through BPF_PROG_TEST_RUN on a raw_tp
-/// wrapper: the kernel side checked on kernels that refuse fentry.
-#[cfg(test)]
-pub(crate) mod selftest {
-    use super::*;
-    use crate::bpf::abi::SELFTEST_ARGS;
-    use libbpf_rs::skel::OpenSkel;
-
-    /// Loads the object with only the self-test program (needs root).
-    pub(crate) fn load<'obj>(
-        storage: &'obj mut MaybeUninit<OpenObject>,
-        config: &Config,
-    ) -> Probe<'obj> {
-        load_on(storage, config, &Features::probe())
-    }
-
-    /// `load`, as for a kernel with `host`'s features.
-    pub(crate) fn load_on<'obj>(
-        storage: &'obj mut MaybeUninit<OpenObject>,
-        config: &Config,
-        host: &Features,
-    ) -> Probe<'obj> {
-        let open = open_for(storage, config, "selftest", Programs::SelfTest, host).expect("open");
-        let skel = open
-            .load()
-            .expect("load the raw_tp self-test program (needs root)");
-        set_filter(&skel, &config.filter).expect("the filter's maps");
-        let which = Counting::of(config, host);
-        Probe::new(skel, Mode::Kprobe, which, "selftest", None).expect("the maps")
-    }
-
-    /// The raw_tp context of one run: the caller's return address, then
-    /// up to 11 frames above it (for deeper-frame rules).
-    pub(crate) fn context(frames: &[u64]) -> Vec<u8> {
-        let mut args = [0u64; SELFTEST_ARGS];
-        for (a, f) in args.iter_mut().zip(frames) {
-            *a = *f;
-        }
-        args.iter().flat_map(|a| a.to_ne_bytes()).collect()
-    }
-
-    impl Probe<'_> {
-        /// Runs the counting path `repeat` times on return address `ret`.
-        pub(crate) fn test_count(&self, ret: u64, repeat: u32) {
-            self.test_count_stack(&[ret], repeat)
-        }
-
-        /// Like `test_count`, with `frames[0]` the caller's return address
-        /// and the rest the frames above it.
-        pub(crate) fn test_count_stack(&self, frames: &[u64], repeat: u32) {
-            // raw_tp test runs take no repeat count: run it that many times.
-            for _ in 0..repeat {
-                self.test_run(frames, None);
-            }
-        }
-
-        /// Runs the counting path once on return address `ret`, on CPU `cpu`.
-        pub(crate) fn test_count_on(&self, ret: u64, cpu: u32) {
-            self.test_run(&[ret], Some(cpu));
-        }
-
-        /// One run of the self-test program on `frames`, on CPU `cpu` if
-        /// given.
-        fn test_run(&self, frames: &[u64], cpu: Option<u32>) {
-            let mut ctx = context(frames);
-            let mut input = libbpf_rs::ProgramInput {
-                context_in: Some(&mut ctx),
-                ..Default::default()
-            };
-            if let Some(cpu) = cpu {
-                input.cpu = cpu;
-                input.flags = libbpf_sys::BPF_F_TEST_RUN_ON_CPU;
-            }
-            self.selftest_prog()
-                .test_run(input)
-                .expect("run the self-test program");
-        }
-
-        pub(crate) fn selftest_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-            self.selftest_prog().as_fd()
-        }
-
-        fn selftest_prog(&self) -> &libbpf_rs::ProgramMut<'_> {
-            let Owner::Loaded { skel, which, .. } = &self.owner else {
-                panic!("a loaded object");
-            };
-            counting(skel, None, *which)
         }
     }
 }
