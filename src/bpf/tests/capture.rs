@@ -1,0 +1,222 @@
+//! Stack capture: the ring's size, moving capture between reasons while
+//! calls run, and who is sampled.
+
+use super::*;
+
+/// The stack ring buffer's size as the kernel made it, for a run with
+/// `config`.
+fn ring_bytes(config: &Config) -> u32 {
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, config);
+    let ring = p.maps().samples().expect("the sample ring buffer");
+    ring.max_entries()
+}
+
+/// A run that can never capture gets a ring buffer of one page; one that
+/// can, the object's full 4 MiB.
+#[test]
+fn the_stack_ring_is_one_page_where_nothing_can_be_captured() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let off = Config {
+        func_addr: FUNC,
+        ..Config::default()
+    };
+    assert_eq!(ring_bytes(&off) as usize, page_size());
+    assert_eq!(ring_bytes(&capture_config()), 4 << 20);
+}
+
+/// A ring buffer on `map` that keeps each sample's caller and reason in
+/// `out`.
+fn sample_ring<'a>(
+    map: &'a MapHandle,
+    out: &'a RefCell<Vec<(u64, u32)>>,
+) -> libbpf_rs::RingBuffer<'a> {
+    let mut rb = RingBufferBuilder::new();
+    rb.add(map, move |data: &[u8]| {
+        let mut s = td_sample::default();
+        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        out.borrow_mut().push((s.caller, s.reason));
+        0
+    })
+    .unwrap();
+    rb.build().unwrap()
+}
+
+/// Runs the self-test program (`fd`) on each of `sites` in turn until
+/// `done`, counting the runs in `runs`.
+fn run_until(fd: i32, sites: [u64; 2], done: &AtomicBool, runs: &AtomicU64) {
+    while !done.load(Ordering::Relaxed) {
+        for site in sites {
+            let mut ctx = selftest::context(&[site]);
+            let mut opts = libbpf_sys::bpf_test_run_opts {
+                sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+                ctx_in: ctx.as_mut_ptr().cast(),
+                ctx_size_in: ctx.len() as u32,
+                ..Default::default()
+            };
+            // SAFETY: opts points to a live context buffer.
+            let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(fd, &mut opts) };
+            assert_eq!(rc, 0, "test run");
+            runs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Capture moves between two reasons while another thread runs the stack
+/// path on calls of both: every sample names a reason that was captured,
+/// and the right one (a resolved site by its slot, a pending site by the
+/// tagged caller range).
+#[test]
+fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    const A: u32 = 2;
+    const B: u32 = 3;
+    let site_a = 0xffffffff81000010; // resolved: slot A
+    let site_b = 0xffffffff81001010; // pending, inside B's caller range
+    let b_range = (0xffffffff81001000, 0xffffffff81002000);
+    let mut storage = MaybeUninit::uninit();
+    let config = capture_config();
+    let p = selftest::load(&mut storage, &config);
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    let (ctl, watch) = p.maps().control_ptr();
+    let (ctl, watch) = (ctl as usize, watch as usize);
+    let fd = p.selftest_fd().as_raw_fd();
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.maps().samples().unwrap();
+    let rb = sample_ring(&map, &samples);
+    let done = AtomicBool::new(false);
+    let runs = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| run_until(fd, [site_a, site_b], &done, &runs));
+        // Move as fast as possible until the runner has made enough calls,
+        // holding each state a moment so that every one is seen, even when
+        // both threads share a CPU (a spin would let the runner see only
+        // the few states it was preempted in).
+        let start = Instant::now();
+        let mut i = 0u64;
+        while runs.load(Ordering::Relaxed) < 40_000 && start.elapsed() < Duration::from_secs(20) {
+            i += 1;
+            let (ctl, watch) = (ctl as *mut _, watch as *mut _);
+            // SAFETY: the object outlives the scope.
+            unsafe {
+                match i % 3 {
+                    0 => publish(ctl, watch, A, &[]),
+                    1 => publish(ctl, watch, B, &[b_range]),
+                    _ => publish(ctl, watch, SLOT_NONE, &[]),
+                }
+            }
+            std::thread::sleep(Duration::from_micros(20));
+            if i.is_multiple_of(50) {
+                rb.consume().unwrap();
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let runs = runs.into_inner();
+    rb.consume().unwrap();
+    drop(rb);
+    let samples = samples.into_inner();
+    let stats = p.maps().stats().unwrap();
+    eprintln!(
+        "{runs} runs, {} samples, ring buffer full {}",
+        samples.len(),
+        stats.stack(StackStat::TD_STACK_RINGBUF_FULL)
+    );
+    assert!(
+        samples.len() > 100,
+        "too few samples to tell: {}",
+        samples.len()
+    );
+    for (caller, reason) in &samples {
+        let want = if *caller == site_a { A } else { B };
+        assert_eq!(*reason, want, "sample of {caller:#x}");
+    }
+    let of = |r: u32| samples.iter().filter(|s| s.1 == r).count();
+    assert!(
+        of(A) > 0 && of(B) > 0,
+        "{} samples of A, {} of B in {runs} runs",
+        of(A),
+        of(B)
+    );
+}
+
+/// `--stack-on not-found`: the calls whose caller is not found are the
+/// ones sampled, and no other.
+#[test]
+fn capture_on_not_found_samples_only_calls_without_a_caller() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let site = 0xffffffff81000010;
+    let mut storage = MaybeUninit::uninit();
+    let config = capture_config();
+    let p = selftest::load(&mut storage, &config);
+    p.maps().add_site(site, 2).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    p.maps().capture(SLOT_NOT_FOUND, &[]).unwrap();
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.maps().samples().unwrap();
+    let rb = sample_ring(&map, &samples);
+    p.test_count(site, 5);
+    p.test_count(0, 3);
+    p.test_count(site, 5);
+    rb.consume().unwrap();
+    drop(rb);
+    assert_eq!(samples.into_inner(), vec![(0, SLOT_NOT_FOUND); 3]);
+    assert_eq!(p.maps().counts().unwrap()[SLOT_NOT_FOUND as usize], 3);
+}
+
+/// A pending site is captured when it lies in one of the stack reason's
+/// caller ranges, the last of a full table included; with the ranges walked
+/// by bpf_loop and unrolled as on a kernel before 5.17.
+#[test]
+fn pending_sites_are_captured_by_their_reasons_caller_ranges() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    for loop_helper in [false, true] {
+        captured_by_ranges(loop_helper);
+    }
+}
+
+fn captured_by_ranges(loop_helper: bool) {
+    const R: u32 = 2;
+    let resolved = 0xffffffff81000010; // resolved: slot R
+    let other = 0xffffffff81000020; // resolved: slot R + 1
+    let in_last = 0xffffffff81020010; // pending, in the last range
+    let outside = 0xffffffff81100010; // pending, in no range
+    let mut storage = MaybeUninit::uninit();
+    let config = capture_config();
+    let p = load_walking_rules(&mut storage, &config, loop_helper);
+    p.maps().add_site(resolved, R).unwrap();
+    p.maps().add_site(other, R + 1).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    let ranges: Vec<(u64, u64)> = (0..MAX_STACK_RANGES as u64)
+        .map(|i| {
+            (
+                0xffffffff81001000 + i * 0x1000,
+                0xffffffff81001800 + i * 0x1000,
+            )
+        })
+        .collect();
+    assert!(ranges[MAX_STACK_RANGES - 1].0 < in_last && in_last < ranges[MAX_STACK_RANGES - 1].1);
+    p.maps().capture(R, &ranges).unwrap();
+    let samples = RefCell::new(Vec::<(u64, u32)>::new());
+    let map = p.maps().samples().unwrap();
+    let rb = sample_ring(&map, &samples);
+    for site in [resolved, other, in_last, outside] {
+        p.test_count(site, 2);
+    }
+    rb.consume().unwrap();
+    drop(rb);
+    assert_eq!(
+        samples.into_inner(),
+        vec![(resolved, R), (resolved, R), (in_last, R), (in_last, R)],
+        "bpf_loop: {loop_helper}"
+    );
+}
