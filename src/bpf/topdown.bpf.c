@@ -618,8 +618,8 @@ static __always_inline void stat_inc(enum td_stat which)
 /*
  * A raw tracepoint's context, as the UAPI fixes it. Not vmlinux.h's type,
  * whose accesses are CO-RE relocations: each type relocated costs a search
- * of the kernel's BTF at load (about 5 ms emulated), and this one reaches
- * the counting programs through synthetic_unwind.
+ * of the kernel's BTF at load, and this one reaches the counting programs
+ * through synthetic_unwind.
  */
 struct td_raw_tp_args {
 	__u64 args[TD_SELFTEST_ARGS];
@@ -787,9 +787,8 @@ static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_k
 	if (loops) {
 		/*
 		 * The body is verified once: unrolled, the loops cost the
-		 * verifier about 6 times the instructions (14600 against 2400
-		 * with the THP profile's depth), 150-200 ms of an emulated
-		 * start-up.
+		 * verifier several times the instructions, and start-up time
+		 * with them (docs/performance.md).
 		 */
 		struct td_rule_walk w = { .s = s, .first = first, .reason = dflt };
 
