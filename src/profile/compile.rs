@@ -7,23 +7,14 @@ use crate::profile::resolve::Resolved;
 use crate::profile::validate::FILE_PREFIX;
 use crate::reasons::{Mapper, SourcePattern};
 
-/// What a profile (or none) turns into.
-#[derive(Debug)]
-pub(crate) struct Compiled {
-    pub(crate) mapper: Mapper,
-    pub(crate) deep: Deep,
-}
-
 /// The mapping a resolved profile asks for: its reasons take the first
 /// slots, plain callers are routed, and callers with rules become the BPF
 /// side's deep-caller and rule tables. Without a profile: one reason per
-/// caller function.
-pub(crate) fn compile(resolved: Option<&Resolved>, max_reasons: usize) -> Compiled {
+/// caller function. The mapper keeps the deeper-frame rules, for the
+/// calls counted before the BPF side had them.
+pub(crate) fn compile(resolved: Option<&Resolved>, max_reasons: usize) -> Mapper {
     let Some(p) = resolved else {
-        return Compiled {
-            mapper: Mapper::auto(max_reasons),
-            deep: Deep::default(),
-        };
+        return Mapper::auto(max_reasons);
     };
     let mut m = Mapper::auto(max_reasons.max(p.reasons.len()));
     for r in &p.reasons {
@@ -63,10 +54,8 @@ pub(crate) fn compile(resolved: Option<&Resolved>, max_reasons: usize) -> Compil
             reason: default,
         }));
     }
-    Compiled {
-        mapper: m,
-        deep: Deep { callers, rules },
-    }
+    m.deep = Deep { callers, rules };
+    m
 }
 
 #[cfg(test)]
@@ -102,7 +91,7 @@ mod tests {
             source_routes: vec![("file:mm/rmap.c".into(), "FAULT".into())],
         };
         let c = compile(Some(&p), 64);
-        let m = &c.mapper;
+        let m = &c;
         let slot = |n| m.reasons.lookup(n).unwrap();
         assert_eq!((slot("FAULT"), slot("KHUGEPAGED"), slot("MADV")), (2, 3, 4));
         assert_eq!(m.callers_of(2), ["do_fault"]);
@@ -147,7 +136,7 @@ mod tests {
             }
         }
         let k = Kallsyms::parse("ffffffff81000000 T f\nffffffff81001000 T g\n");
-        let mut m = c.mapper;
+        let mut m = c;
         assert_eq!(m.classify(&k, 0xffffffff81000010, Some(&mut InRmap)), 2);
     }
 
@@ -155,7 +144,7 @@ mod tests {
     fn no_profile_is_one_reason_per_caller() {
         let c = compile(None, 8);
         assert!(c.deep.callers.is_empty() && c.deep.rules.is_empty());
-        assert_eq!(c.mapper.reasons.reason_names().count(), 0);
+        assert_eq!(c.reasons.reason_names().count(), 0);
     }
 }
 
@@ -261,7 +250,7 @@ mod dwarf_tests {
                 ("file:fixture.c".to_string(), "FIXTURE".to_string())
             ]
         );
-        let mut m = compile(Some(&r), 64).mapper;
+        let mut m = compile(Some(&r), 64);
         let mut syms = Symbols::for_image(bin.clone());
         let loc = syms.source(rets[0] - 1).expect("a source location");
         assert!(loc.functions.iter().any(|f| f == "zap_helper"), "{loc:?}");

@@ -22,7 +22,7 @@ mod resolve;
 mod validate;
 
 pub(crate) use builtin::{builtin, builtin_for, builtins};
-pub(crate) use compile::{compile, Compiled};
+pub(crate) use compile::compile;
 pub(crate) use describe::describe;
 pub(crate) use model::Profile;
 pub(crate) use resolve::resolve;

@@ -1,0 +1,381 @@
+//! The jobs on pinned instances: pin, pin --sync, show and unpin.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+use crate::bpf::abi::SLOT_NONE;
+use crate::bpf::attach::Storage;
+use crate::bpf::pin::{self, Meta};
+use crate::cli::Cli;
+use crate::declared::{self, Bad, Declared};
+use crate::error::{Error, Result};
+use crate::funcname::FuncName;
+use crate::host;
+use crate::kallsyms::Kallsyms;
+use crate::output::Stdout;
+use crate::plan::{Job, Pin, Plan, Show};
+use crate::reasons::{Mapper, NameTable};
+use crate::report::compare::{self, Side};
+use crate::report::{self, saved, RunInfo, Saved};
+use crate::session;
+use crate::symbolize::Symbols;
+
+use super::common::{knobs_of, mode_line, system_state, tail_calls, warn_baseline, Status};
+use super::start::{self, Extra};
+
+/// `topdown pin FUNC`: attaches tier 1 and pins it.
+pub fn pin(p: Pin) -> Result<()> {
+    host::check_privileges()?;
+    let func = &p.target.func;
+    if pin::is_pinned(func) {
+        return Err(Error::msg(format!(
+            "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
+        )));
+    }
+    let (meta, dir) = pin_target(&p, None)?;
+    eprintln!(
+        "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
+        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Attaches tier 1 for `p` and pins it; with `synced` (pin --sync), as
+/// that declaration's instance, in place of the one pinned, if any.
+fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
+    let func = &p.target.func;
+    let mut storage = Storage::default();
+    // Capture can be steered by any later reader; calls of no process are
+    // left out (the pinning process is gone soon).
+    let extra = Extra {
+        stacks: true,
+        filter: p.filter.clone(),
+        rules_at_load: true,
+        ..Extra::default()
+    };
+    let settings = (p.max_reasons, &p.load, extra);
+    let mut started = start::start(&mut storage, &p.target, settings, None, |_, _| {})?;
+    let (kernel, boot_id) = pin::kernel_and_boot();
+    let replace = synced.is_some();
+    let k = &started.kernel;
+    let meta = Meta {
+        layout: pin::LAYOUT,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        function: func.to_string(),
+        func_addr: k.func_addr,
+        mode: started.probe.mode().name().to_string(),
+        fallback: started.fallback.clone(),
+        profile: p.target.profile.as_ref().map(|p| p.origin.clone()),
+        routes: k.mapper.routes(),
+        source_routes: k.mapper.source_routes(),
+        max_reasons: p.max_reasons,
+        vmlinux: k.vmlinux.clone(),
+        user_stacks: p.load.user_stacks,
+        depth: p.load.depth,
+        sample: p.load.sample,
+        filter: p.filter.describe(),
+        knobs: knobs_of(&p.target),
+        cgroup: p.filter.cgroup.as_ref().map(|c| c.path.clone()),
+        kernel,
+        boot_id,
+        pinned_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        synced,
+    };
+    let dir = pin::pin(&mut started.probe, func, &meta, replace)?;
+    Ok((meta, dir))
+}
+
+/// The mapping a pinned instance was made with, agreed with its names map.
+pub(super) fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
+    let m = &inst.meta;
+    let names = inst.probe.maps().names()?;
+    let mut mapper = Mapper::from_routes(m.max_reasons, &names, &m.routes, &m.source_routes);
+    mapper.sync(inst.probe.maps())?;
+    mapper.tail = tail_calls(m.func_addr);
+    Ok(mapper)
+}
+
+/// What a pinned function is to sync: pinned by sync (with its
+/// declaration), by hand, or unreadable (another layout).
+enum Pinned {
+    Synced(pin::Synced),
+    ByHand,
+    Unreadable(Error),
+}
+
+fn pinned_state(func: &FuncName) -> Pinned {
+    match pin::open(func) {
+        Ok(inst) => match inst.meta.synced {
+            Some(s) => Pinned::Synced(s),
+            None => Pinned::ByHand,
+        },
+        Err(e) => Pinned::Unreadable(e),
+    }
+}
+
+/// `topdown pin --sync`: the pinned set made to match the declarations in
+/// `dir`. Each file is applied on its own: a bad one is reported in one
+/// line (its instance, if sync pinned one, is left as it was) and the
+/// others still apply; the exit status says whether all did. Functions
+/// pinned by hand are never touched.
+pub fn sync(dir: &Path) -> Result<()> {
+    host::check_privileges()?;
+    let (declared, bad) = declared::read_dir(dir)?;
+    let mut failed = 0usize;
+    let mut report = |file: &str, e: &dyn std::fmt::Display| {
+        eprintln!("topdown: {}: {e}", dir.join(file).display());
+        failed += 1;
+    };
+    for b in &bad {
+        report(&b.file, &b.error);
+    }
+    let mut changed = 0usize;
+    for d in &declared {
+        match sync_one(d) {
+            Ok(Some(done)) => {
+                changed += 1;
+                eprintln!("topdown: {done}");
+            }
+            Ok(None) => {}
+            Err(e) => report(&d.file, &e),
+        }
+    }
+    changed += unpin_undeclared(&declared, &bad, &mut report)?;
+    if changed == 0 && failed == 0 {
+        eprintln!(
+            "topdown: nothing to change: {} declared in {} and pinned",
+            declared.len(),
+            dir.display()
+        );
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(Error::msg(format!(
+            "{n} declaration{} in {} not applied (see above)",
+            if n == 1 { "" } else { "s" },
+            dir.display()
+        ))),
+    }
+}
+
+/// Pins `d`'s function as it declares, unless it already is (None); what
+/// was done otherwise.
+fn sync_one(d: &Declared) -> Result<Option<String>> {
+    let func = &d.function;
+    let want = pin::Synced {
+        file: d.file.clone(),
+        spec: d.spec.clone(),
+    };
+    let repin = match pin::is_pinned(func).then(|| pinned_state(func)) {
+        None => false,
+        Some(Pinned::Synced(have)) if have.spec == want.spec => return Ok(None),
+        Some(Pinned::Synced(_)) => true,
+        Some(Pinned::ByHand) => {
+            return Err(Error::msg(format!(
+                "{func} is pinned by hand, not by topdown pin --sync: \
+                 unpin it (topdown unpin {func}) for sync to pin it"
+            )))
+        }
+        Some(Pinned::Unreadable(e)) => return Err(e),
+    };
+    // Planned as `topdown pin ARGS` would be (checked when read).
+    let args = ["topdown", "pin"].into_iter().map(String::from);
+    let cli = Cli::try_parse_from(args.chain(d.args.iter().cloned()))
+        .map_err(|e| Error::msg(e.to_string()))?;
+    let (meta, _) = match Plan::from_cli(&cli)?.job {
+        Job::Pin(p) => pin_target(&p, Some(want))?,
+        _ => return Err(Error::msg("not a pin")),
+    };
+    Ok(Some(format!(
+        "{} {} as {} declares",
+        if repin { "re-pinned" } else { "pinned" },
+        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        d.file
+    )))
+}
+
+/// Unpins sync's own instances no longer declared (one whose file is bad
+/// is left as it is); how many.
+fn unpin_undeclared(
+    declared: &[Declared],
+    bad: &[Bad],
+    report: &mut impl FnMut(&str, &dyn std::fmt::Display),
+) -> Result<usize> {
+    let mut changed = 0;
+    for func in pin::pinned()? {
+        let Pinned::Synced(have) = pinned_state(&func) else {
+            continue;
+        };
+        if declared.iter().any(|d| d.function == func) || bad.iter().any(|b| b.file == have.file) {
+            continue;
+        }
+        match pin::unpin(&func) {
+            Ok(()) => {
+                changed += 1;
+                eprintln!(
+                    "topdown: unpinned {func}: {} declares it no more",
+                    have.file
+                );
+            }
+            Err(e) => report(&have.file, &e),
+        }
+    }
+    Ok(changed)
+}
+
+/// The pinned instances named (all if none is), each read once, with its
+/// meta. Kernel symbols are read (afresh: modules come and go) only if a
+/// call site needs resolving.
+pub(super) fn snapshots(funcs: &[FuncName]) -> Result<Vec<(report::Pinned, Meta)>> {
+    let mut ksyms = None;
+    let names = if funcs.is_empty() {
+        pin::pinned()?
+    } else {
+        funcs.to_vec()
+    };
+    let mut out = Vec::new();
+    for func in &names {
+        let inst = pin::open(func)?;
+        let mut mapper = pinned_mapper(&inst)?;
+        // No reader holds the lock but capture is on, or a process's calls
+        // are left out: one was killed. Either sends every call down the
+        // counting program's slow path.
+        if let Ok(_lock) = pin::Lock::try_take(func)? {
+            if inst.probe.maps().capturing().is_some() {
+                inst.probe.maps().capture(SLOT_NONE, &[])?;
+            }
+            inst.probe.maps().own(0);
+        }
+        let mut symbols = Symbols::new(inst.meta.vmlinux.clone(), false);
+        if ksyms.is_none() && inst.probe.maps().unresolved()? {
+            ksyms = Some(host::load_kallsyms()?);
+        }
+        let none = Kallsyms::default();
+        let pinned = session::snapshot(
+            &inst.probe,
+            &inst.meta,
+            ksyms.as_ref().unwrap_or(&none),
+            &mut mapper,
+            &mut symbols,
+        )?;
+        out.push((pinned, inst.meta));
+    }
+    Ok(out)
+}
+
+/// `topdown show [FUNC...]`: each pinned function's calls since it was
+/// pinned; with --baseline compared with a saved result, with --save
+/// saved as one.
+pub fn show(s: &Show) -> Result<Status> {
+    host::check_privileges()?;
+    let json = s.json;
+    let one = s.save.is_some() || s.baseline.is_some();
+    if one && s.funcs.is_empty() {
+        // The one pinned function, if there is just one.
+        match pin::pinned()?.as_slice() {
+            [_] => {}
+            [] => return Err(Error::msg("nothing is pinned: nothing to save")),
+            _ => {
+                return Err(Error::msg(
+                    "several functions are pinned: name the one to save",
+                ))
+            }
+        }
+    }
+    let mut all = Vec::new();
+    for (mut p, meta) in snapshots(&s.funcs)? {
+        p.threshold = s.threshold;
+        p.system = system_state(one, &meta.knobs, meta.cgroup.as_deref());
+        p.fix = s.fix.clone();
+        all.push(p);
+    }
+    if let (Some(p), Some(b)) = (all.first_mut(), &s.baseline) {
+        compare_pinned(p, b);
+    }
+    let mut out = Stdout::new(io::stdout().lock());
+    if all.is_empty() && !json {
+        out.write_all(report::text::NOTHING_PINNED.as_bytes())?;
+    }
+    for (i, p) in all.iter().enumerate() {
+        let text = if json {
+            report::json::pinned(p) + "\n"
+        } else {
+            format!(
+                "{}{}",
+                if i > 0 { "\n" } else { "" },
+                report::text::pinned(p)
+            )
+        };
+        out.write_all(text.as_bytes())?;
+    }
+    out.flush()?;
+    let status = Status::of(all.first().and_then(|p| p.compare.as_ref()));
+    match (&s.save, all.first()) {
+        (Some(path), Some(p)) => saved::save(path, &Saved::of_pinned(p)).map(|()| status),
+        _ => Ok(status),
+    }
+}
+
+/// `p`'s counts compared with the baseline `b`, warned about first if
+/// they come from another kernel or profile.
+fn compare_pinned(p: &mut report::Pinned, b: &report::Baseline) {
+    let info = RunInfo {
+        kernel: p.kernel.clone(),
+        profile: p.profile.clone(),
+        system: p.system.clone(),
+        fix: p.fix.clone(),
+    };
+    warn_baseline(Some(b), &info);
+    let named: Vec<String> = p
+        .calls
+        .rows
+        .iter()
+        .filter(|r| !r.special)
+        .map(|r| r.reason.clone())
+        .collect();
+    let now = Side {
+        calls: &p.calls,
+        named: &named,
+    };
+    p.compare = Some(compare::compare(b, now, &info));
+}
+
+/// `topdown unpin FUNC...`, `--all` (no FUNC) or `--synced`: what
+/// `topdown pin --sync` pinned.
+pub fn unpin(funcs: &[FuncName], synced: bool) -> Result<()> {
+    host::check_privileges()?;
+    if synced {
+        let names: Vec<FuncName> = pin::pinned()?
+            .into_iter()
+            .filter(|f| matches!(pinned_state(f), Pinned::Synced(_)))
+            .collect();
+        for func in &names {
+            pin::unpin(func)?;
+            eprintln!("topdown: unpinned {func}");
+        }
+        if names.is_empty() {
+            eprintln!("topdown: nothing pinned by topdown pin --sync");
+        }
+        return Ok(());
+    }
+    let all = funcs.is_empty();
+    let names = if all { pin::pinned()? } else { funcs.to_vec() };
+    for func in &names {
+        pin::unpin(func)?;
+        eprintln!("topdown: unpinned {func}");
+    }
+    if all {
+        for name in pin::leftovers() {
+            pin::remove_leftover(&name)?;
+        }
+        if names.is_empty() {
+            eprintln!("topdown: nothing was pinned");
+        }
+    }
+    Ok(())
+}
