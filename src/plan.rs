@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::funcname::FuncName;
 use crate::profile::{self, Profile};
+use crate::report::printer::Printer;
 use crate::report::saved;
 use crate::report::Saved;
 use crate::report::{Baseline, VerifyConfig};
@@ -79,7 +80,7 @@ pub struct Pin {
 pub struct Show {
     /// Empty: all, or with --save the one pinned function.
     pub(crate) funcs: Vec<FuncName>,
-    pub(crate) json: bool,
+    pub(crate) printer: Printer,
     /// --save, checked writable.
     pub(crate) save: Option<PathBuf>,
     pub(crate) baseline: Option<Baseline>,
@@ -273,7 +274,7 @@ fn show(s: &ShowArgs) -> Result<Show> {
     }
     Ok(Show {
         funcs,
-        json: s.json,
+        printer: Printer::of(s.json),
         save: s.save.clone(),
         baseline,
         threshold: s.threshold,
@@ -475,7 +476,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
         session: session::Options {
             interval: Duration::from_secs_f64(t.interval),
             duration: t.duration.map(Duration::from_secs_f64),
-            json: t.json,
+            printer: Printer::of(t.json),
             quiet: t.quiet,
             verify_caller: t.verify_caller,
             top: t.top,
@@ -588,7 +589,7 @@ mod tests {
         assert!(p.target.profile.is_some());
         assert!(matches!(
             job(&["topdown", "show", "a", "b", "--json"]),
-            Job::Show(s) if s.funcs == ["a", "b"] && s.json && s.save.is_none()
+            Job::Show(s) if s.funcs == ["a", "b"] && s.printer == Printer::Json && s.save.is_none()
         ));
         assert!(
             matches!(job(&["topdown", "unpin", "--all"]), Job::Unpin { funcs, synced: false } if funcs.is_empty())

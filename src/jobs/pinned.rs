@@ -273,7 +273,6 @@ pub(super) fn snapshots(funcs: &[FuncName]) -> Result<Vec<(report::Pinned, Meta)
 /// saved as one.
 pub fn show(s: &Show) -> Result<Status> {
     host::check_privileges()?;
-    let json = s.json;
     let one = s.save.is_some() || s.baseline.is_some();
     if one && s.funcs.is_empty() {
         // The one pinned function, if there is just one.
@@ -298,21 +297,7 @@ pub fn show(s: &Show) -> Result<Status> {
         compare_pinned(p, b);
     }
     let mut out = Stdout::new(io::stdout().lock());
-    if all.is_empty() && !json {
-        out.write_all(report::text::NOTHING_PINNED.as_bytes())?;
-    }
-    for (i, p) in all.iter().enumerate() {
-        let text = if json {
-            report::json::pinned(p) + "\n"
-        } else {
-            format!(
-                "{}{}",
-                if i > 0 { "\n" } else { "" },
-                report::text::pinned(p)
-            )
-        };
-        out.write_all(text.as_bytes())?;
-    }
+    out.write_all(s.printer.pinned(&all).as_bytes())?;
     out.flush()?;
     let status = Status::of(all.first().and_then(|p| p.compare.as_ref()));
     match (&s.save, all.first()) {

@@ -11,6 +11,7 @@ pub(crate) mod folded;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
 pub(crate) mod pprof;
+pub(crate) mod printer;
 pub(crate) mod saved;
 pub(crate) mod text;
 
