@@ -11,7 +11,8 @@ progs() {
 prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 
 # bt_detect: whether the guest has bpftrace (tests/guest/run --bpftrace puts it there);
-# if so sets bt_version, bt_fentry (bpftrace before 0.20 spells fentry "kfunc"), and
+# if so sets bt_version, bt_fentry (bpftrace before 0.20 spells fentry "kfunc"; kprobe
+# where it cannot attach fentry), and
 # bt_attached and bt_settle: with __BPFTRACE_NOTIFY_PROBES_ATTACHED set, bpftrace prints
 # that line once its probes are attached (the hook its own runtime tests wait on); one
 # without it says "Attaching" before that, so it is given longer to settle.
@@ -20,6 +21,10 @@ bt_detect() {
 	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
 	bt_fentry=kfunc
 	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
+	# Where this bpftrace cannot attach fentry here (0.17 on 5.10: "kfunc/kretfunc
+	# not available for your kernel version"), its nearest program is a kprobe's; the
+	# rows name the probe they used.
+	bpftrace --info 2>&1 | grep -Eq '^ *kfunc: yes' || bt_fentry=kprobe
 	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
 	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
 }

@@ -16,6 +16,7 @@
 # Software emulation: read the ratios, not the times.
 # case-timeout: 400
 . "$TD_LIB"
+. /bench/lib.sh
 need_cmd topdown timeto taskset
 need_func vfs_read
 
@@ -24,7 +25,7 @@ RUNS=${TD_BENCH_RUNS:-7}
 # show that the script still works; no figure to keep.
 [ -z "${TD_BENCH_QUICK:-}" ] || RUNS=1
 thp=deferred_split_folio
-grep -q " [tT] $thp\$" /proc/kallsyms || thp=deferred_split_huge_page
+ktext $thp || thp=deferred_split_huge_page
 
 # The commands: a label, the text that says "attached", the command line (eval'ed).
 cat >"$TD_TMP/configs" <<EOC
@@ -32,15 +33,10 @@ topdown vfs_read --no-profile|topdown: tracing vfs_read with|topdown vfs_read --
 topdown $thp (built-in profile)|topdown: tracing $thp with|topdown $thp
 EOC
 bt=
-if command -v bpftrace >/dev/null 2>&1; then
-	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
-	bt_fentry=kfunc # bpftrace before 0.20 spells fentry "kfunc"
-	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
+if bt_detect; then
 	bt="bpftrace $bt_version -e '$bt_fentry:vfs_read { @n = count(); }'"
-	bt_line=__BPFTRACE_NOTIFY_PROBES_ATTACHED
-	grep -q "$bt_line" "$(command -v bpftrace)" || bt_line="Attaching 1 probe"
 	cat >>"$TD_TMP/configs" <<EOC
-$bt|$bt_line|env __BPFTRACE_NOTIFY_PROBES_ATTACHED=1 bpftrace -e '$bt_fentry:vfs_read { @n = count(); }'
+$bt|$bt_attached|env __BPFTRACE_NOTIFY_PROBES_ATTACHED=1 bpftrace -e '$bt_fentry:vfs_read { @n = count(); }'
 EOC
 else
 	echo "bench: notice: no bpftrace in this guest (tests/guest/run --bpftrace puts it there): no ratios"
@@ -85,10 +81,10 @@ while IFS='|' read -r label text cmd; do
 		line="$line = $(awk -v a="$1" -v b="$bt_ms" 'BEGIN { printf "%.2f", a / b }')x bpftrace's"
 	fi
 	if [ "$i" = "$nbt" ] && [ -n "$bt" ]; then
-		if [ "$bt_line" = __BPFTRACE_NOTIFY_PROBES_ATTACHED ]; then
+		if [ "$bt_attached" = __BPFTRACE_NOTIFY_PROBES_ATTACHED ]; then
 			line="$line (to its probes attached)"
 		else
-			line="$line (to \"Attaching 1 probe...\", before it loads and attaches: flattering)"
+			line="$line (to \"Attaching...\", before it loads and attaches: flattering)"
 		fi
 	fi
 	echo "$line"
