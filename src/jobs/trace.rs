@@ -172,7 +172,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
     eprintln!(
         "topdown: reading pinned {} (since {})",
         mode_line(func, &meta.mode, meta.fallback.as_deref()),
-        report::text::clock_at(meta.pinned_at)
+        report::time::clock_at(meta.pinned_at)
     );
     if let Some(f) = &meta.filter {
         eprintln!("topdown: counting only calls {f} (fixed by topdown pin)");

@@ -6,38 +6,27 @@
 //! never each other in a circle.
 
 pub(crate) mod compare;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub(crate) mod flamegraph;
 pub(crate) mod folded;
+mod hot;
 pub(crate) mod json;
 pub(crate) mod openmetrics;
+mod phase;
 pub(crate) mod pprof;
 pub(crate) mod printer;
 pub(crate) mod saved;
 pub(crate) mod text;
+pub(crate) mod text_compare;
+pub(crate) mod time;
 
 use serde::{Deserialize, Serialize};
 
 use crate::system::SystemState;
 
-/// The --threshold default: the share at which a reason is hot.
-pub(crate) const DEFAULT_THRESHOLD: f64 = 80.0;
-
-/// Whether a reason with `share` percent of the calls is hot: at or above
-/// the threshold (--threshold). The one definition, for the summary's
-/// "hot reason" and the verdict's (the trigger asks the same of the last
-/// second, with confidence bounds for its small samples).
-pub(crate) fn is_hot(share: f64, threshold: f64) -> bool {
-    share >= threshold
-}
-
-/// "hot reason" or "top reason", as the share makes it.
-pub(crate) fn top_label(share: f64, threshold: f64) -> &'static str {
-    if is_hot(share, threshold) {
-        "hot reason"
-    } else {
-        "top reason"
-    }
-}
+pub(crate) use hot::{is_hot, top_label, DEFAULT_THRESHOLD};
+pub(crate) use phase::{Outcome, Phase};
 
 /// One reason's figures over an interval or the whole run.
 #[derive(Debug, Clone, PartialEq)]
@@ -255,29 +244,6 @@ pub(crate) struct Cost {
     pub(crate) recursion_misses: u64,
 }
 
-/// How far the run got: counting, stack capture, and with --baseline the
-/// verdict on the fix instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Counting,
-    StackCapture,
-    FixVerified,
-    NotVerified,
-    Inconclusive,
-}
-
-impl Phase {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Phase::Counting => "counting",
-            Phase::StackCapture => "stack capture",
-            Phase::FixVerified => "fix verified",
-            Phase::NotVerified => "not verified",
-            Phase::Inconclusive => "inconclusive",
-        }
-    }
-}
-
 /// One stretch of stack capture: a reason captured from `start` to `end`
 /// (seconds since the run started).
 #[derive(Debug, Clone, PartialEq)]
@@ -461,25 +427,6 @@ impl Change {
     pub(crate) fn rate_change(&self) -> Option<f64> {
         let before = self.before.unwrap_or_default().rate;
         (before > 0.0).then(|| self.now.unwrap_or_default().rate / before)
-    }
-}
-
-/// How a comparison ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Verified,
-    NotVerified,
-    /// Too few calls to say either.
-    Inconclusive,
-}
-
-impl Outcome {
-    pub(crate) fn phase(self) -> Phase {
-        match self {
-            Outcome::Verified => Phase::FixVerified,
-            Outcome::NotVerified => Phase::NotVerified,
-            Outcome::Inconclusive => Phase::Inconclusive,
-        }
     }
 }
 

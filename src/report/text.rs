@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
+use crate::report::text_compare::{before_after, interval_changes};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary,
 };
-use crate::report::{Change, Comparison, Fig, FixApplied, LoadMoved};
 
 fn table(out: &mut String, d: &Distribution, count_title: &str) {
     let w = d
@@ -56,139 +56,6 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         s.push_str(&stacks(st, top));
     }
     s
-}
-
-fn rate_cell(f: Option<Fig>) -> String {
-    f.map_or("-".into(), |f| format!("{:.1}", f.rate))
-}
-
-fn share_cell(f: Option<Fig>) -> String {
-    f.map_or("-".into(), |f| format!("{:.1}%", f.share))
-}
-
-/// The rate now as a multiple of the rate before: "new" for a reason
-/// without calls before.
-fn times_cell(c: &Change) -> String {
-    match c.rate_change() {
-        Some(x) => format!("{x:.2}x"),
-        None if c.now.is_some_and(|f| f.count > 0) => "new".into(),
-        None => "-".into(),
-    }
-}
-
-fn pp_cell(c: &Change) -> String {
-    format!("{:+.1}pp", c.share_change())
-}
-
-fn reason_width(rows: &[Change]) -> usize {
-    rows.iter()
-        .map(|r| r.reason.len())
-        .max()
-        .unwrap_or(0)
-        .max("REASON".len())
-}
-
-/// An interval's table against the baseline: the interval's calls, rate and
-/// share of each reason, then the baseline's rate and share and the change.
-fn interval_changes(out: &mut String, rows: &[Change]) {
-    let w = reason_width(rows);
-    let _ = writeln!(
-        out,
-        "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
-        "REASON", "COUNT", "RATE/s", "SHARE", "BEFORE/s", "CHANGE", "BEFORE%", "CHANGE"
-    );
-    for c in rows {
-        let count = c.now.map_or("-".into(), |f| f.count.to_string());
-        let _ = writeln!(
-            out,
-            "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
-            c.reason,
-            count,
-            rate_cell(c.now),
-            share_cell(c.now),
-            rate_cell(c.before),
-            times_cell(c),
-            share_cell(c.before),
-            pp_cell(c)
-        );
-    }
-}
-
-/// The summary's before/after table, its warnings and the verdict.
-fn before_after(s: &mut String, cmp: &Comparison) {
-    let b = &cmp.baseline;
-    let _ = writeln!(
-        s,
-        "  before/after, baseline {} ({}, {} in {:.1}s, {:.1}/s):",
-        cmp.file,
-        clock_at(b.start),
-        calls(b.total),
-        b.secs,
-        b.rate
-    );
-    let w = reason_width(&cmp.rows);
-    let _ = writeln!(
-        s,
-        "    {:<w$} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9}",
-        "REASON", "BEFORE/s", "NOW/s", "CHANGE", "BEFORE%", "NOW%", "CHANGE"
-    );
-    for c in &cmp.rows {
-        let _ = writeln!(
-            s,
-            "    {:<w$} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9}",
-            c.reason,
-            rate_cell(c.before),
-            rate_cell(c.now),
-            times_cell(c),
-            share_cell(c.before),
-            share_cell(c.now),
-            pp_cell(c)
-        );
-    }
-    for w in &cmp.warnings {
-        let _ = writeln!(s, "  warning: {w}");
-    }
-    let v = &cmp.verdict;
-    let _ = writeln!(s, "  {}: {}", v.outcome.phase().name(), v.why);
-    if let Some(m) = &cmp.load_moved {
-        let _ = writeln!(s, "  {}", load_moved(m));
-    }
-    fix_applied(s, &cmp.fix_applied, cmp.baseline.version);
-}
-
-/// `load moved to X: share 85.0%, was 3.0%`.
-pub(crate) fn load_moved(m: &LoadMoved) -> String {
-    let was = m
-        .share_before
-        .map_or("not in the baseline".into(), |b| format!("was {b:.1}%"));
-    format!("load moved to {}: share {:.1}%, {was}", m.reason, m.share)
-}
-
-/// What was changed on the system: both --fix texts, then each recorded
-/// difference `before → after`, or that there is none.
-fn fix_applied(s: &mut String, f: &FixApplied, baseline_version: u32) {
-    let text = |t: &Option<String>, known: bool| match t {
-        Some(t) => format!("\"{t}\""),
-        None if known => "none given".into(),
-        None => "unknown".into(),
-    };
-    let _ = writeln!(
-        s,
-        "  fix applied: {} (baseline: {})",
-        text(&f.fix, true),
-        text(&f.baseline_fix, f.recorded)
-    );
-    for c in &f.changes {
-        let _ = writeln!(s, "    {}: {} → {}", c.what, c.before, c.after);
-    }
-    if !f.recorded {
-        let _ = writeln!(
-            s,
-            "    kernel build id, command line and knobs: unknown (the baseline is a result file of format version {baseline_version}, which does not record them)"
-        );
-    } else if f.no_change() {
-        let _ = writeln!(s, "    no recorded change");
-    }
 }
 
 /// `hot reason: X (85.0%)`, or `top reason: X (55.6%, below the 80%
@@ -436,151 +303,11 @@ fn cost(c: &Cost) -> String {
     )
 }
 
-/// Local wall-clock time as HH:MM:SS.
-pub(crate) fn clock() -> String {
-    // SAFETY: time(NULL) has no preconditions.
-    let t = unsafe { libc::time(std::ptr::null_mut()) };
-    local(t).1
-}
-
-/// A Unix time as local YYYY-MM-DD HH:MM:SS.
-pub(crate) fn clock_at(unix: f64) -> String {
-    let (date, time) = local(unix as libc::time_t);
-    format!("{date} {time}")
-}
-
-fn local(t: libc::time_t) -> (String, String) {
-    // SAFETY: localtime_r with valid pointers.
-    let tm = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&t, &mut tm);
-        tm
-    };
-    (
-        format!(
-            "{}-{:02}-{:02}",
-            tm.tm_year + 1900,
-            tm.tm_mon + 1,
-            tm.tm_mday
-        ),
-        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec),
-    )
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::report::{CaptureSpan, Drops, Phase, ReasonRow, Stack, StackCount};
-
-    pub(crate) fn row(reason: &str, count: u64, rate: f64, share: f64) -> ReasonRow {
-        ReasonRow {
-            reason: reason.into(),
-            count,
-            rate,
-            share,
-            special: false,
-        }
-    }
-
-    pub(crate) fn sample_calls() -> Distribution {
-        Distribution {
-            secs: 2.0,
-            total: 40,
-            rate: 20.0,
-            rows: vec![
-                row("do_huge_pmd_anonymous_page", 30, 15.0, 75.0),
-                row("folio_remove_rmap_ptes", 10, 5.0, 25.0),
-            ],
-        }
-    }
-
-    /// A process count: `thp[42]` with `count` stacks.
-    pub(crate) fn thp(count: u64) -> ProcessCount {
-        ProcessCount {
-            process: crate::report::Process {
-                comm: "thp".into(),
-                pid: 42,
-            },
-            count,
-        }
-    }
-
-    /// Stacks of `reason`, each captured in process thp[42].
-    pub(crate) fn stacks_of(reason: &str, stacks: &[(&[&str], u64)]) -> ReasonStacks {
-        let captured = stacks.iter().map(|s| s.1).sum();
-        ReasonStacks {
-            reason: reason.into(),
-            captured,
-            stacks: stacks
-                .iter()
-                .map(|(k, n)| StackCount {
-                    stack: Stack {
-                        kernel: k.iter().map(|f| f.to_string()).collect(),
-                        user: vec![],
-                    },
-                    count: *n,
-                    processes: vec![thp(*n)],
-                })
-                .collect(),
-            processes: vec![thp(captured)],
-        }
-    }
-
-    pub(crate) fn sample_summary() -> Summary {
-        Summary {
-            func: "f".into(),
-            mode: "fentry",
-            phase: Phase::StackCapture,
-            kernel: "6.12.0".into(),
-            profile: None,
-            start: 1_700_000_000.0,
-            calls: sample_calls(),
-            named: vec![
-                "do_huge_pmd_anonymous_page".into(),
-                "folio_remove_rmap_ptes".into(),
-            ],
-            other_merges: vec![],
-            drops: Drops {
-                stacks_rate_capped: 7,
-                ..Drops::default()
-            },
-            stacks: vec![
-                stacks_of("folio_remove_rmap_ptes", &[(&["z"], 1)]),
-                stacks_of("do_huge_pmd_anonymous_page", &[(&["a", "b"], 3)]),
-            ],
-            captures: vec![
-                CaptureSpan {
-                    reason: "folio_remove_rmap_ptes".into(),
-                    start: 0.5,
-                    end: 2.0,
-                    calls: 1,
-                    stacks: 1,
-                    start_ns: 1_000_000,
-                    first_stack_ns: Some(4_500_000),
-                },
-                CaptureSpan {
-                    reason: "do_huge_pmd_anonymous_page".into(),
-                    start: 2.0,
-                    end: 3.0,
-                    calls: 30,
-                    stacks: 3,
-                    start_ns: 2_000_000_000,
-                    first_stack_ns: None,
-                },
-            ],
-            stacks_matched: 10,
-            stacks_sent: 4,
-            verify: None,
-            uncached: 0,
-            cost: Cost::default(),
-            companion: None,
-            compare: None,
-            filter: None,
-            threshold: 80.0,
-            system: None,
-            fix: None,
-        }
-    }
+    use crate::report::fixtures::{compared_summary, row, sample_calls, sample_summary, stacks_of};
+    use crate::report::Stack;
 
     fn report(calls: Distribution) -> IntervalReport {
         IntervalReport {
@@ -752,57 +479,6 @@ pub(crate) mod tests {
         assert_eq!(age(0.4), "0.4s");
         assert_eq!(age(60.0), "1m");
         assert_eq!(age(90061.0), "1d 1h 1m 1s");
-    }
-
-    /// The sample summary compared with a baseline where ZAP was hot.
-    pub(crate) fn compared_summary() -> Summary {
-        use crate::report::compare::{compare, Side};
-        use crate::report::{Baseline, RunInfo, VerifyConfig};
-        let mut sum = sample_summary();
-        sum.profile = Some("built-in profile deferred_split_folio".into());
-        sum.calls = Distribution {
-            secs: 10.0,
-            total: 60,
-            rate: 6.0,
-            rows: vec![row("FAULT_ALLOC", 60, 6.0, 100.0)],
-        };
-        sum.named = vec!["FAULT_ALLOC".into(), "ZAP".into()];
-        let b = Baseline {
-            file: "before.json".into(),
-            saved: crate::report::saved::tests::sample(),
-            verify: VerifyConfig {
-                threshold: 80.0,
-                drop: 50.0,
-            },
-        };
-        use crate::report::saved::tests::{knob, MAX_PTES_NONE, THP_DEFRAG};
-        let info = RunInfo {
-            kernel: "6.12.0".into(),
-            profile: sum.profile.clone(),
-            system: Some(crate::system::SystemState {
-                build_id: Some("ab01".into()),
-                cmdline: Some("console=ttyS0".into()),
-                knobs: vec![
-                    knob(
-                        THP_DEFRAG,
-                        Some("always [defer] defer+madvise madvise never"),
-                    ),
-                    knob(MAX_PTES_NONE, Some("0")),
-                    knob("/sys/kernel/mm/transparent_hugepage/shrink_underused", None),
-                ],
-            }),
-            fix: Some("defrag defer, max_ptes_none 0".into()),
-        };
-        let now = Side {
-            calls: &sum.calls,
-            named: &sum.named,
-        };
-        let cmp = compare(&b, now, &info);
-        sum.fix = info.fix.clone();
-        sum.system = info.system.clone();
-        sum.phase = cmp.verdict.outcome.phase();
-        sum.compare = Some(cmp);
-        sum
     }
 
     #[test]

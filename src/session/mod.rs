@@ -454,7 +454,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             counters,
             (now - self.last).as_secs_f64(),
             &self.mapper.reasons,
-            (unix_now(), report::text::clock()),
+            (unix_now(), report::time::clock()),
         );
         if let (Some(b), Some(before)) = (&self.opts.baseline, &self.before) {
             let named = named(self.mapper);

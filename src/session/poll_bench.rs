@@ -36,7 +36,7 @@ use crate::bpf::percpu::{PerCpu, Stats};
 use crate::bpf::probe::ProgStats;
 use crate::bpf::skel::types;
 use crate::reasons::Reasons;
-use crate::report::text::clock;
+use crate::report::time::clock;
 use crate::session::poll::Poller;
 use crate::session::state::State;
 use crate::session::trigger::{Config, Trigger};

@@ -1,0 +1,147 @@
+use super::*;
+use crate::bpf::abi::{SLOT_NOT_FOUND, SLOT_SITES_FULL};
+
+#[test]
+fn slots_are_stable_and_special_slots_reserved() {
+    let mut r = Reasons::new(64);
+    assert_eq!(r.name(SLOT_NOT_FOUND), NOT_FOUND_NAME);
+    assert_eq!(r.name(SLOT_SITES_FULL), SITES_FULL_NAME);
+    let a = r.slot("a");
+    let b = r.slot("b");
+    assert_eq!((a, b), (2, 3));
+    assert_eq!(r.slot("a"), a);
+    assert_eq!(r.lookup("b"), Some(b));
+    assert_eq!(r.reason_names().collect::<Vec<_>>(), ["a", "b"]);
+}
+
+#[test]
+fn another_processs_names_are_adopted() {
+    let mut r = Reasons::new(64);
+    let a = r.slot("a");
+    // Another process named slot 2 "b" first: "a" loses it.
+    r.adopt(a, "b");
+    assert_eq!((r.name(2), r.lookup("a")), ("b", None));
+    assert_eq!(r.slot("a"), 3);
+    // A name seen at another slot moves there.
+    r.adopt(7, "a");
+    assert_eq!(
+        (r.lookup("a"), r.known(3), r.name(7)),
+        (Some(7), false, "a")
+    );
+    assert_eq!(r.slot("c"), 3, "the freed slot is reused");
+    r.adopt(9, OTHER_NAME);
+    let names: Vec<(u32, &str)> = r.named().collect();
+    assert_eq!(names, [(2, "b"), (3, "c"), (7, "a"), (9, "OTHER")]);
+}
+
+#[test]
+fn past_the_limit_callers_merge_into_other() {
+    let mut r = Reasons::new(2);
+    let a = r.slot("a");
+    let b = r.slot("b");
+    let c = r.slot("c");
+    let d = r.slot("d");
+    assert_ne!(a, b);
+    assert_eq!(c, d);
+    assert_eq!(r.name(c), OTHER_NAME);
+    assert_eq!(r.merged().iter().collect::<Vec<_>>(), ["c", "d"]);
+    // A known reason keeps its slot after the table filled.
+    assert_eq!(r.slot("a"), a);
+    assert_eq!(r.name(5), "?");
+}
+
+#[test]
+fn the_limit_is_capped_by_the_slot_array() {
+    let mut r = Reasons::new(10_000);
+    for i in 0..MAX_REASONS {
+        r.slot(&format!("f{i}"));
+    }
+    let other = r.slot("one_too_many");
+    assert_eq!(r.name(other), OTHER_NAME);
+    assert_eq!(other as usize, NR_SLOTS - 1);
+}
+
+#[test]
+fn routed_callers_share_a_reason_and_others_get_their_own() {
+    let k = Kallsyms::parse(
+        "ffffffff81000000 t zap_pte_range\nffffffff81001000 T folio_remove_rmap_ptes\nffffffff81002000 T other_caller\nffffffff81003000 T end\n",
+    );
+    let mut m = Mapper::auto(64);
+    let zap = m.route("zap_pte_range", "ZAP");
+    assert_eq!(m.route("folio_remove_rmap_ptes", "ZAP"), zap);
+    assert_eq!(m.classify(&k, 0xffffffff81000100, None), zap);
+    assert_eq!(m.classify(&k, 0xffffffff81001100, None), zap);
+    let other = m.classify(&k, 0xffffffff81002100, None);
+    assert_ne!(other, zap);
+    assert_eq!(m.reasons.name(other), "other_caller");
+    assert_eq!(
+        m.callers_of(zap),
+        ["folio_remove_rmap_ptes", "zap_pte_range"]
+    );
+    assert_eq!(m.callers_of(other), ["other_caller"]);
+}
+
+#[test]
+fn source_patterns_match_inlined_functions_and_files_first() {
+    struct Fake;
+    impl SourceLookup for Fake {
+        fn source(&mut self, addr: u64) -> Option<SourceLoc> {
+            (addr == 0xffffffff81000fff).then(|| SourceLoc {
+                functions: vec!["zap_pte_range".into(), "unmap_page_range.cold".into()],
+                files: vec!["/build/linux/mm/memory.c".into()],
+            })
+        }
+    }
+    let k = Kallsyms::parse("ffffffff81000000 t unmap_page_range\nffffffff81002000 T end\n");
+    let mut m = Mapper::auto(64);
+    m.route_source(SourcePattern::Function("zap_pte_range".into()), "ZAP");
+    m.route_source(SourcePattern::File("mm/memory.c".into()), "MEMORY");
+    let (zap, mem) = (m.reasons.slot("ZAP"), m.reasons.slot("MEMORY"));
+    // The inlined function, though the symbol is unmap_page_range.
+    assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), zap);
+    // Another address: no source location, so the caller's own name.
+    let own = m.classify(&k, 0xffffffff81000100, Some(&mut Fake));
+    assert_eq!(m.reasons.name(own), "unmap_page_range");
+    // Without debug info the pattern cannot match.
+    let own2 = m.classify(&k, 0xffffffff81001000, None);
+    assert_eq!(own2, own);
+    // A file pattern, when no function pattern comes first.
+    m.by_source.remove(0);
+    assert_eq!(m.classify(&k, 0xffffffff81001000, Some(&mut Fake)), mem);
+}
+
+#[test]
+fn stack_reasons_are_profile_reasons_or_kernel_functions() {
+    let k = Kallsyms::parse("ffffffff81000000 T vfs_read\nffffffff81001000 T end\n");
+    let mut m = Mapper::auto(64);
+    m.route("do_fault", "FAULT");
+    m.reasons.slot("KHUGEPAGED");
+    assert_eq!(m.stack_reason(&k, "FAULT").unwrap(), 2);
+    let own = m.stack_reason(&k, "vfs_read").unwrap();
+    assert_eq!(m.reasons.name(own), "vfs_read");
+    let e = m.stack_reason(&k, "NOPE").unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "unknown reason 'NOPE' for --stack-on: give one of FAULT, KHUGEPAGED, vfs_read, not-found"
+        ),
+        "{e}"
+    );
+    assert_eq!(m.stack_reason(&k, "not-found").unwrap(), SLOT_NOT_FOUND);
+    assert_eq!(m.stack_reason(&k, NOT_FOUND_NAME).unwrap(), SLOT_NOT_FOUND);
+    let e = Mapper::auto(4)
+        .stack_reason(&k, "NOPE")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("give not-found or a caller function's name"),
+        "{e}"
+    );
+}
+
+#[test]
+fn caller_names_fold_clones() {
+    let k =
+        Kallsyms::parse("ffffffff81000000 t collapse_huge_page.isra.0\nffffffff81001000 T next\n");
+    assert_eq!(caller_name(&k, 0xffffffff81000010), "collapse_huge_page");
+    assert_eq!(caller_name(&k, 0x1000), UNKNOWN_NAME);
+}
