@@ -118,7 +118,12 @@ expect_eq "after the pinned reader's error: watch key" "$(watch_bytes)" "0,0,0,0
 } | head -c 1 >/dev/null &
 pipe=$!
 wait_line "$TD_TMP/err" "Ctrl-C to end"
-sleep 1
+# Capture starts within a tick or so of that line: up to 10 s on a busy host.
+_k=0
+until [ "$(watch_bytes | cut -d, -f2)" = 1 ] || [ $_k -ge 50 ]; do
+	sleep 0.2
+	_k=$((_k + 1))
+done
 expect_eq "while a pinned reader captures: stacks byte" "$(watch_bytes | cut -d, -f2)" 1
 kill -TERM "$(cat "$TD_TMP/pid")"
 wait $pipe
