@@ -39,8 +39,8 @@ use crate::reasons::Reasons;
 use crate::report::time::clock;
 use crate::session::poll::Poller;
 use crate::session::state::State;
+use crate::session::timing::TICK;
 use crate::session::trigger::{Config, Trigger};
-use crate::session::TICK;
 
 const CPUS: usize = 256;
 const REASONS: usize = 128;

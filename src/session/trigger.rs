@@ -206,6 +206,23 @@ impl Trigger {
     }
 }
 
+/// The notice of a switch of capture, without the program's name.
+pub(super) fn announcement(d: &Decision, reasons: &Reasons, threshold: f64) -> String {
+    let what = match d.switch {
+        Switch::Start(_) => "capturing its stacks".to_string(),
+        Switch::Move { from, .. } => {
+            format!("moving stack capture from {}", reasons.name(from))
+        }
+    };
+    format!(
+        "{} has {:.1}% of calls ({} in the last {:.1}s; threshold {threshold}%): {what}",
+        reasons.name(d.switch.to()),
+        d.share,
+        d.calls,
+        d.span
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,10 @@ use crate::symbolize::Symbols;
 
 use super::capture::Capture;
 use super::poll::Poller;
+use super::stacks::Stacks;
+use super::timing::{per_cpu_budget, REFILL, TICK};
+use super::trigger::announcement;
 use super::trigger::{Config, Trigger};
-use super::{announcement, per_cpu_budget, Stacks, REFILL, TICK};
 
 /// A stack captured by a watch.
 #[derive(Debug, Clone)]

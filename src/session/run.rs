@@ -1,0 +1,423 @@
+//! A run under way: the interval loop that polls the counters, moves
+//! stack capture where the trigger decides, prints each interval, and at
+//! the end detaches and prints the summary.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::bpf::abi::NR_SLOTS;
+use crate::bpf::ctl::mono_ns;
+use crate::bpf::maps::Maps;
+use crate::bpf::percpu::Stats;
+use crate::bpf::probe::{Mode, Probe, ProgStats};
+use crate::error::{Error, Result};
+use crate::filter::{Filter, Proc};
+use crate::kallsyms::Kallsyms;
+use crate::reasons::{Mapper, SourceLookup};
+use crate::report::compare::{self, Side};
+use crate::report::printer::Printer;
+use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
+use crate::symbolize::Symbols;
+
+use super::capture::Capture;
+use super::poll::Poller;
+use super::stacks::Stacks;
+use super::state::{End, State};
+use super::timing::{per_cpu_budget, unix_now, REFILL, TICK};
+use super::trigger::announcement;
+use super::trigger::{Decision, Trigger};
+
+/// How the loop reports and when it captures stacks.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) interval: Duration,
+    pub(crate) duration: Option<Duration>,
+    /// How stdout shows intervals and the summary.
+    pub(crate) printer: Printer,
+    pub(crate) quiet: bool,
+    pub(crate) verify_caller: bool,
+    pub(crate) top: usize,
+    /// Compare every interval and the summary with this.
+    pub(crate) baseline: Option<Baseline>,
+    /// Most stacks captured per second, over all CPUs.
+    pub(crate) max_rate: u64,
+    /// Say why symbolization failed.
+    pub(crate) verbose: bool,
+}
+
+/// What the loop works on besides the probe.
+pub(crate) struct Context<'a> {
+    pub(crate) ksyms: &'a Kallsyms,
+    pub(crate) mapper: &'a mut Mapper,
+    pub(crate) func_addr: u64,
+    /// Reason slot chosen with --stack-on.
+    pub(crate) stack_on: Option<u32>,
+    pub(crate) symbols: Symbols,
+    /// The kernel and profile, for the summary and the comparison.
+    pub(crate) info: RunInfo,
+    /// Which calls count: the --pid filter's processes are watched, and
+    /// taken out of it when they exit.
+    pub(crate) filter: Filter,
+}
+
+/// How a run ended: its summary, and the error that ended it early, if
+/// one did (the summary is of what was counted until then).
+pub(crate) struct Ended {
+    pub(crate) summary: Summary,
+    pub(crate) error: Option<Error>,
+}
+
+/// A run under way: the program, what it reads through, and when the
+/// next print, tick and refill are due.
+pub(super) struct Run<'a, 'obj> {
+    probe: Probe<'obj>,
+    ksyms: &'a Kallsyms,
+    mapper: &'a mut Mapper,
+    info: RunInfo,
+    filter: Filter,
+    opts: &'a Options,
+    /// The --pid filter's processes still alive.
+    watched: Vec<Proc>,
+    /// The baseline's calls, compared with every interval.
+    before: Option<report::Distribution>,
+    poller: Poller,
+    state: State,
+    stacks: Stacks,
+    /// The counters at the start (a pinned instance has counted before).
+    base_stats: Stats,
+    base_prog: ProgStats,
+    budget: u64,
+    own: u32,
+    start: Instant,
+    start_unix: f64,
+    end: Option<Instant>,
+    last: Instant,
+    next_print: Instant,
+    next_tick: Instant,
+    next_refill: Instant,
+}
+
+impl<'a, 'obj> Run<'a, 'obj> {
+    /// Everything set up to count: the counters' start, the ring buffer,
+    /// --stack-on's capture switched on.
+    pub(super) fn start(
+        mut probe: Probe<'obj>,
+        ctx: Context<'a>,
+        trigger: Trigger,
+        opts: &'a Options,
+    ) -> Result<Self> {
+        let Context {
+            ksyms,
+            mapper,
+            func_addr,
+            stack_on,
+            symbols,
+            info,
+            filter,
+        } = ctx;
+        let mut poller = Poller::default();
+        // What the counters held at the start: a pinned instance has
+        // counted before, and the run reports what happened since. An
+        // object loaded for this run starts at zero (and two readings
+        // could not be taken at the same instant).
+        let (base, base_stats, base_prog) = if probe.is_pinned() {
+            (
+                poller.totals(probe.maps(), ksyms, mapper, None)?,
+                poller.stats(probe.maps())?,
+                probe.prog_stats(),
+            )
+        } else {
+            (vec![0; NR_SLOTS], Stats::default(), ProgStats::default())
+        };
+        let mut state = State::new(trigger, base.clone(), base_stats, base_prog);
+        // The ring buffer is set up before anything can be captured, so
+        // nothing slow stands between a decision and the first stack.
+        let capture = match stack_on.is_some() || state.auto() {
+            true => Some(Capture::new(probe.maps().samples()?)?),
+            false => None,
+        };
+        let mut stacks = Stacks {
+            capture,
+            symbols,
+            func_addr,
+            user_target: probe.mode() == Mode::Uprobe,
+        };
+        let start = Instant::now();
+        let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
+        if let Some(slot) = stack_on {
+            // The budget first: a call between the two would find none.
+            probe.maps().refill(budget)?;
+            stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
+            state.capturing(slot, 0.0, mono_ns(), &base);
+            eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
+        }
+        Ok(Run {
+            probe,
+            ksyms,
+            mapper,
+            info,
+            watched: filter.pids.clone(),
+            filter,
+            opts,
+            before: opts.baseline.as_ref().map(|b| b.saved.calls()),
+            poller,
+            state,
+            stacks,
+            base_stats,
+            base_prog,
+            budget,
+            own: std::process::id(),
+            start,
+            start_unix: unix_now(),
+            end: opts.duration.map(|d| start + d),
+            last: start,
+            next_print: start + opts.interval,
+            next_tick: start + TICK,
+            next_refill: start + REFILL,
+        })
+    }
+
+    /// This process's calls of FUNC are left out while it is awake (its
+    /// polling, printing and symbolizing), not while it sleeps: while the
+    /// check is on, every call takes the counting program's slow path
+    /// (td_watch). So with FUNC on the system-call path, the call it sleeps
+    /// in is counted: one per tick at most, as the program wakes it for no
+    /// single stack.
+    pub(super) fn leave_out_own(&self) {
+        self.probe.maps().own(self.own);
+    }
+
+    /// Polls, ticks and prints until `stop` is set or the duration passes.
+    pub(super) fn main_loop(&mut self, stop: &AtomicBool, out: &mut dyn Write) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let deadline = self.deadline();
+            if now < deadline {
+                self.wait((deadline - now).min(TICK))?;
+                continue;
+            }
+            let cur = self.totals()?;
+            watch_exits(&mut self.watched, self.probe.maps())?;
+            if now >= self.next_tick {
+                self.tick(now, &cur)?;
+            }
+            if self.state.target().is_some() && now >= self.next_refill {
+                self.probe.maps().refill(self.budget)?;
+                self.next_refill = now + REFILL;
+            }
+            let ended = self.end.is_some_and(|e| now >= e);
+            if now >= self.next_print || ended {
+                self.print_interval(now, cur, out)?;
+            }
+            if ended {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// When the loop must next poll: the print, the end, and while the
+    /// trigger runs or capture is on the next tick (a new call site of the
+    /// stack reason is only captured from once a poll has resolved it)
+    /// and refill.
+    fn deadline(&self) -> Instant {
+        let mut deadline = self.end.map_or(self.next_print, |e| e.min(self.next_print));
+        if self.state.auto() || self.state.target().is_some() {
+            deadline = deadline.min(self.next_tick);
+        }
+        if self.state.target().is_some() {
+            deadline = deadline.min(self.next_refill);
+        }
+        deadline
+    }
+
+    /// Sleeps up to `timeout` (its own calls counted meanwhile), taking in
+    /// the samples delivered.
+    fn wait(&mut self, timeout: Duration) -> Result<()> {
+        self.probe.maps().own(0);
+        let waited = self.stacks.wait(timeout);
+        self.probe.maps().own(self.own);
+        waited?;
+        self.stacks.absorb(self.ksyms, self.mapper, &mut self.state);
+        // New call sites are resolved within a tick whatever the print
+        // interval: until then each of their calls takes the pending
+        // path, several times the cost of a resolved one. (Ticks poll
+        // anyway.)
+        let ticking = self.state.auto() || self.state.target().is_some();
+        if !ticking && self.probe.maps().take_new_sites() {
+            self.totals()?;
+        }
+        Ok(())
+    }
+
+    /// The counters now, new call sites resolved.
+    fn totals(&mut self) -> Result<Vec<u64>> {
+        let symbols: &mut dyn SourceLookup = &mut self.stacks.symbols;
+        self.poller
+            .totals(self.probe.maps(), self.ksyms, self.mapper, Some(symbols))
+    }
+
+    /// Runs the trigger on the counts `cur`, moving capture where it
+    /// decides.
+    fn tick(&mut self, now: Instant, cur: &[u64]) -> Result<()> {
+        let secs = (now - self.start).as_secs_f64();
+        if let Some(d) = self
+            .state
+            .auto()
+            .then(|| self.state.tick(secs, mono_ns(), cur))
+            .flatten()
+        {
+            announce(&d, &self.mapper.reasons, self.state.threshold());
+            self.probe.maps().refill(self.budget)?;
+            let to = d.switch.to();
+            self.stacks
+                .switch_on(&mut self.probe, self.ksyms, self.mapper, to)?;
+            self.next_refill = now + REFILL;
+        }
+        while self.next_tick <= now {
+            self.next_tick += TICK;
+        }
+        Ok(())
+    }
+
+    /// The interval since the last print, compared with the baseline if
+    /// there is one, printed unless --quiet.
+    fn print_interval(&mut self, now: Instant, cur: Vec<u64>, out: &mut dyn Write) -> Result<()> {
+        let counters = (
+            self.poller.stats(self.probe.maps())?,
+            self.probe.prog_stats(),
+        );
+        let mut report = self.state.interval(
+            cur,
+            counters,
+            (now - self.last).as_secs_f64(),
+            &self.mapper.reasons,
+            (unix_now(), report::time::clock()),
+        );
+        if let (Some(b), Some(before)) = (&self.opts.baseline, &self.before) {
+            let named = named(self.mapper);
+            report.compare = Some(compare::changes(
+                Side {
+                    calls: before,
+                    named: &b.saved.reason_names,
+                },
+                Side {
+                    calls: &report.calls,
+                    named: &named,
+                },
+            ));
+        }
+        if !self.opts.quiet {
+            emit(out, &self.opts.printer.interval(&report, self.opts.top))?;
+        }
+        self.last = now;
+        while self.next_print <= now {
+            self.next_print += self.opts.interval;
+        }
+        Ok(())
+    }
+
+    /// Detaches, reads the final counts, prints the summary (compared
+    /// with the baseline if there is one). `failed`: the error that ended
+    /// the loop early, if one did.
+    pub(super) fn end(mut self, failed: Option<Error>, out: &mut dyn Write) -> Result<Ended> {
+        // Detach first so the final reading is complete and exact: the
+        // program's run count too, which then equals the calls counted
+        // plus the own calls left out (the companion goes with the link).
+        self.probe.maps().own(0);
+        let companion = self.probe.companion_stats();
+        let detached = self.probe.detach();
+        let prog = self.probe.prog_stats().since(&self.base_prog);
+        let (totals, stats) = match (|| {
+            detached?;
+            self.stacks
+                .drain(self.ksyms, self.mapper, &mut self.state)?;
+            let totals = self.totals()?;
+            Ok((
+                totals,
+                self.poller
+                    .stats(self.probe.maps())?
+                    .since(&self.base_stats),
+            ))
+        })() {
+            Ok(t) => t,
+            // Nothing to report: the first error says why.
+            Err(e) => return Err(failed.unwrap_or(e)),
+        };
+        let mut summary = self.state.finish(
+            &End {
+                func: self.probe.func(),
+                mode: self.probe.mode().name(),
+                totals: &totals,
+                start: self.start_unix,
+                secs: self.start.elapsed().as_secs_f64(),
+                stats,
+                prog,
+                companion: companion.map(|(kind, c)| (kind.name(), c)),
+                verify_caller: self.opts.verify_caller,
+                tail_sites: self
+                    .mapper
+                    .tail
+                    .as_ref()
+                    .map(|t| t.sites)
+                    .unwrap_or_default(),
+                info: &self.info,
+                filter: FilterInfo::of(&self.filter),
+            },
+            &self.mapper.reasons,
+        );
+        if let Some(b) = &self.opts.baseline {
+            let now = Side {
+                calls: &summary.calls,
+                named: &summary.named,
+            };
+            let cmp = compare::compare(b, now, &self.info);
+            summary.phase = cmp.verdict.outcome.phase();
+            summary.compare = Some(cmp);
+        }
+        let printed = emit(out, &self.opts.printer.summary(&summary, self.opts.top));
+        Ok(Ended {
+            summary,
+            error: failed.or(printed.err()),
+        })
+    }
+}
+
+/// Takes the processes of the pid filter that exited out of it (a new
+/// process given the same pid must not count), with a notice; not an
+/// error: counting goes on for the others, if any.
+fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
+    let mut i = 0;
+    while i < watched.len() {
+        if watched[i].alive() {
+            i += 1;
+            continue;
+        }
+        let p = watched.remove(i);
+        maps.drop_pid(p.pid)?;
+        let left = if watched.is_empty() {
+            "; no process of --pid is left: nothing more will be counted".to_string()
+        } else {
+            String::new()
+        };
+        eprintln!("topdown: pid {} ({}) exited{left}", p.pid, p.comm);
+    }
+    Ok(())
+}
+
+/// The notice of a switch of capture, on stderr.
+fn announce(d: &Decision, reasons: &crate::reasons::Reasons, threshold: f64) {
+    eprintln!("topdown: {}", announcement(d, reasons, threshold));
+}
+
+fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::io("cannot write to standard output", e))
+}
+
+/// Every reason named so far, special slots aside.
+fn named(mapper: &Mapper) -> Vec<String> {
+    mapper.reasons.reason_names().map(String::from).collect()
+}

@@ -1,0 +1,128 @@
+//! Tier 2 I/O of a run: the ring buffer of stack samples, and their
+//! symbolization into the run's state.
+
+use std::time::Duration;
+
+use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NONE};
+use crate::bpf::probe::Probe;
+use crate::error::Result;
+use crate::kallsyms::Kallsyms;
+use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
+use crate::report::{Process, Stack};
+use crate::symbolize::Symbols;
+
+use super::capture::{self, Capture};
+use super::state::State;
+
+/// Tier 2 I/O: the ring buffer, and symbolization.
+pub(super) struct Stacks {
+    pub(super) capture: Option<Capture>,
+    pub(super) symbols: Symbols,
+    pub(super) func_addr: u64,
+    /// A uprobe's: stacks are user stacks only.
+    pub(super) user_target: bool,
+}
+
+impl Stacks {
+    /// Points the kernel side's capture at `slot` and its caller ranges
+    /// (for call sites not resolved yet): a store to mapped memory.
+    pub(super) fn switch_on(
+        &mut self,
+        probe: &mut Probe<'_>,
+        ksyms: &Kallsyms,
+        mapper: &Mapper,
+        slot: u32,
+    ) -> Result<()> {
+        let ranges: Vec<(u64, u64)> = mapper
+            .callers_of(slot)
+            .into_iter()
+            .flat_map(|c| ksyms.function(c).map(|s| (s.addr, s.end)))
+            .collect();
+        probe.stacks_on(slot, &ranges)
+    }
+
+    /// Waits up to `timeout` for samples (`absorb` takes them).
+    pub(super) fn wait(&mut self, timeout: Duration) -> Result<()> {
+        match &self.capture {
+            Some(c) => c.wait(timeout),
+            None => {
+                std::thread::sleep(timeout);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
+        let target = state.target();
+        for (reason, stack, process, ts) in self.take(ksyms, mapper, target) {
+            state.add_stack(reason, stack, process, ts);
+        }
+    }
+
+    /// The samples delivered so far, symbolized: (reason slot, stack,
+    /// process, kernel time). `target` is the reason captured now.
+    pub(super) fn take(
+        &mut self,
+        ksyms: &Kallsyms,
+        mapper: &mut Mapper,
+        target: Option<u32>,
+    ) -> Vec<(u32, Stack, Process, u64)> {
+        let Some(c) = &self.capture else {
+            return Vec::new();
+        };
+        let mut samples = c.take();
+        if self.user_target {
+            // A uprobe's calls from sites not resolved yet come untagged:
+            // kept if their caller is the reason being captured.
+            samples.retain_mut(|s| {
+                if s.reason == SLOT_NONE {
+                    let name = self.symbols.user_caller(s.pid, s.caller);
+                    s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
+                }
+                Some(s.reason) == target
+            });
+        }
+        // Keep the mappings of new processes first: a short-lived one may
+        // exit while the kernel frames are being symbolized.
+        for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
+            self.symbols.remember_process(s.pid);
+        }
+        samples
+            .into_iter()
+            .map(|s| {
+                let (kernel, user) = if self.user_target {
+                    // The kernel stack is the trap's. The user one, taken at
+                    // FUNC's first instruction, is FUNC then (by frame
+                    // pointers) the caller's caller: the caller is put back.
+                    let frames: Vec<u64> = std::iter::once(s.caller)
+                        .chain(s.ustack.iter().skip(1).copied())
+                        .collect();
+                    (Vec::new(), self.symbols.user(s.pid, &frames))
+                } else {
+                    let frames =
+                        capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
+                    let kernel = self.symbols.kernel(ksyms, &frames);
+                    (kernel, self.symbols.user(s.pid, &s.ustack))
+                };
+                let process = Process {
+                    comm: s.comm,
+                    pid: s.pid,
+                };
+                (s.reason, Stack { kernel, user }, process, s.ts)
+            })
+            .collect()
+    }
+
+    pub(super) fn drain(
+        &mut self,
+        ksyms: &Kallsyms,
+        mapper: &mut Mapper,
+        state: &mut State,
+    ) -> Result<()> {
+        if let Some(c) = &self.capture {
+            c.drain()?;
+        }
+        self.absorb(ksyms, mapper, state);
+        Ok(())
+    }
+}

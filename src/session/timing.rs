@@ -1,0 +1,39 @@
+//! The loop's pace: how often it polls and refills the stack budget, and
+//! the wall clock.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often the counters are read for the trigger, whatever the print
+/// interval; also the longest sleep between checks of the stop flag. One
+/// read costs one syscall per map (and one per pending call site): about
+/// 0.1 ms with 256 CPUs.
+pub(super) const TICK: Duration = Duration::from_millis(50);
+
+/// How often the stack budget is refilled: --max-rate is per second.
+pub(super) const REFILL: Duration = Duration::from_secs(1);
+
+/// The stack budget per CPU and refill: the BPF side keeps one budget per
+/// CPU so the hot path needs no shared state. Rounded up, and at least 1.
+pub(super) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
+    max_rate.div_ceil(cpus.max(1) as u64).max(1)
+}
+
+/// Seconds since the epoch, for the reports' timestamps.
+pub(super) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_cap_is_split_over_cpus_rounding_up() {
+        assert_eq!(per_cpu_budget(1000, 2), 500);
+        assert_eq!(per_cpu_budget(1001, 2), 501);
+        assert_eq!(per_cpu_budget(1, 64), 1);
+        assert_eq!(per_cpu_budget(10, 0), 10);
+    }
+}
