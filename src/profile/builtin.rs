@@ -61,6 +61,7 @@ pub(crate) fn builtins() -> Vec<(&'static str, String, String)> {
 
 #[cfg(test)]
 mod tests {
+    use super::domain_tests::{deep, routes};
     use super::*;
     use crate::kallsyms::Kallsyms;
     use crate::profile::resolve::{all_functions, resolve};
@@ -157,6 +158,24 @@ mod tests {
         assert_eq!(knobs("handle_mm_fault"), thp[..2]);
     }
 
+    /// A 6.12-like kernel: zap_*_range inlined into unmap_page_range,
+    /// migrate_folio_move into migrate_pages_batch, no map_anon_folio_pmd*.
+    const THP_6_12: &str = "\
+ffffffff81000000 T do_huge_pmd_anonymous_page
+ffffffff81001000 t collapse_huge_page
+ffffffff81002000 t hpage_collapse_scan_pmd
+ffffffff81003000 t khugepaged_scan_mm_slot
+ffffffff81004000 t khugepaged_do_scan
+ffffffff81005000 t khugepaged
+ffffffff81006000 T madvise_collapse
+ffffffff81007000 T folio_remove_rmap_ptes
+ffffffff81008000 T folio_remove_rmap_pmd
+ffffffff81009000 T unmap_page_range
+ffffffff8100a000 t migrate_pages_batch
+ffffffff8100b000 T deferred_split_folio
+ffffffff8100c000 T _etext
+";
+
     #[test]
     fn the_thp_profile_sorts_callers_as_verified() {
         let p = builtin("deferred_split_folio").unwrap();
@@ -172,51 +191,17 @@ mod tests {
                 "MIGRATE"
             ]
         );
-        // A 6.12-like kernel: zap_*_range inlined into unmap_page_range,
-        // migrate_folio_move into migrate_pages_batch, no map_anon_folio_pmd*.
-        let k = Kallsyms::parse(
-            "\
-ffffffff81000000 T do_huge_pmd_anonymous_page
-ffffffff81001000 t collapse_huge_page
-ffffffff81002000 t hpage_collapse_scan_pmd
-ffffffff81003000 t khugepaged_scan_mm_slot
-ffffffff81004000 t khugepaged_do_scan
-ffffffff81005000 t khugepaged
-ffffffff81006000 T madvise_collapse
-ffffffff81007000 T folio_remove_rmap_ptes
-ffffffff81008000 T folio_remove_rmap_pmd
-ffffffff81009000 T unmap_page_range
-ffffffff8100a000 t migrate_pages_batch
-ffffffff8100b000 T deferred_split_folio
-ffffffff8100c000 T _etext
-",
-        );
+        let k = Kallsyms::parse(THP_6_12);
         let r = resolve(&p, &k).unwrap();
-        let routes: Vec<(&str, &str)> = r
-            .routes
-            .iter()
-            .map(|(c, n)| (c.as_str(), n.as_str()))
-            .collect();
         assert_eq!(
-            routes,
+            routes(&r),
             [
                 ("do_huge_pmd_anonymous_page", "FAULT_ALLOC"),
                 ("migrate_pages_batch", "MIGRATE")
             ]
         );
-        let deep: Vec<(&str, Option<&str>, Vec<&str>)> = r
-            .deep
-            .iter()
-            .map(|d| {
-                (
-                    d.caller.as_str(),
-                    d.default_reason.as_deref(),
-                    d.rules.iter().map(|x| x.reason.as_str()).collect(),
-                )
-            })
-            .collect();
         assert_eq!(
-            deep,
+            deep(&r),
             [
                 (
                     "collapse_huge_page",
@@ -265,7 +250,7 @@ mod domain_tests {
         Kallsyms::parse(&(text + "ffffffff8f000000 T _etext\n"))
     }
 
-    fn routes(r: &Resolved) -> Vec<(&str, &str)> {
+    pub(super) fn routes(r: &Resolved) -> Vec<(&str, &str)> {
         r.routes
             .iter()
             .map(|(c, n)| (c.as_str(), n.as_str()))
@@ -273,7 +258,7 @@ mod domain_tests {
     }
 
     /// `(caller, default, [rule reasons])` of each caller with rules.
-    fn deep(r: &Resolved) -> Vec<(&str, Option<&str>, Vec<&str>)> {
+    pub(super) fn deep(r: &Resolved) -> Vec<(&str, Option<&str>, Vec<&str>)> {
         r.deep
             .iter()
             .map(|d| {

@@ -166,73 +166,110 @@ pub(crate) fn resolve(profile: &Profile, ksyms: &Kallsyms) -> Result<Resolved> {
         reasons: profile.reasons.iter().map(|r| r.name.clone()).collect(),
         ..Resolved::default()
     };
-    let mut ranges: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    let ranges = function_ranges_of(profile, ksyms, &mut out.missing);
+    for caller in distinct_callers(profile) {
+        route(profile, caller, &ranges, &mut out);
+    }
+    check_table_room(&out, &profile.origin)?;
+    Ok(out)
+}
+
+/// The address ranges of every function the profile mentions; the names
+/// of those not in the kernel go to `missing` (source files aside).
+fn function_ranges_of<'p>(
+    profile: &'p Profile,
+    ksyms: &Kallsyms,
+    missing: &mut Vec<String>,
+) -> HashMap<&'p str, Vec<(u64, u64)>> {
+    let mut ranges = HashMap::new();
     for name in all_functions(profile) {
         let r = function_ranges(ksyms, name);
         if r.is_empty() && !name.starts_with(FILE_PREFIX) {
-            out.missing.push(name.to_string());
+            missing.push(name.to_string());
         }
         ranges.insert(name, r);
     }
+    ranges
+}
 
+/// The callers the profile names, in order, once.
+fn distinct_callers(profile: &Profile) -> Vec<&str> {
     let mut callers: Vec<&str> = Vec::new();
     for c in profile.reasons.iter().flat_map(|r| &r.callers) {
         if !callers.contains(&c.as_str()) {
             callers.push(c);
         }
     }
-    for caller in callers {
-        let lists = |r: &&Reason| r.callers.iter().any(|c| c == caller);
-        if ranges[caller].is_empty() {
-            // Not a symbol (inlined, a source file, or absent): only debug
-            // info can place its call sites, and only for a plain route.
-            let default = profile
-                .reasons
-                .iter()
-                .filter(lists)
-                .find(|r| r.within.is_none());
-            if let Some(r) = default {
-                out.source_routes.push((caller.to_string(), r.name.clone()));
-            }
-            continue;
-        }
-        let default_reason = profile
-            .reasons
-            .iter()
-            .filter(lists)
-            .find(|r| r.within.is_none())
-            .map(|r| r.name.clone());
-        let mut rules = Vec::new();
-        for r in profile.reasons.iter().filter(lists) {
-            let Some(w) = &r.within else { continue };
-            let rule_ranges = merge(
-                w.functions
-                    .iter()
-                    .flat_map(|f| ranges[f.as_str()].iter().copied())
-                    .collect(),
-            );
-            if rule_ranges.is_empty() {
-                continue; // every `within` function is missing: drop the rule
-            }
-            rules.push(RuleSpec {
-                reason: r.name.clone(),
-                ranges: rule_ranges,
-                depth: w.depth,
-            });
-        }
-        if !rules.is_empty() {
-            out.deep.push(DeepCallerSpec {
-                caller: caller.to_string(),
-                ranges: ranges[caller].clone(),
-                default_reason,
-                rules,
-            });
-        } else if let Some(reason) = default_reason {
-            out.routes.push((caller.to_string(), reason));
-        }
-        // else: only rules, all dropped; the caller counts under its name.
-    }
+    callers
+}
 
+/// Adds how `caller`'s calls are told apart to `out`: a route to one
+/// reason, rules over deeper frames, or a route by debug info.
+fn route(
+    profile: &Profile,
+    caller: &str,
+    ranges: &HashMap<&str, Vec<(u64, u64)>>,
+    out: &mut Resolved,
+) {
+    let lists = |r: &&Reason| r.callers.iter().any(|c| c == caller);
+    let default_reason = profile
+        .reasons
+        .iter()
+        .filter(lists)
+        .find(|r| r.within.is_none())
+        .map(|r| r.name.clone());
+    if ranges[caller].is_empty() {
+        // Not a symbol (inlined, a source file, or absent): only debug
+        // info can place its call sites, and only for a plain route.
+        if let Some(r) = default_reason {
+            out.source_routes.push((caller.to_string(), r));
+        }
+        return;
+    }
+    let rules = rules_of(profile.reasons.iter().filter(lists), ranges);
+    if !rules.is_empty() {
+        out.deep.push(DeepCallerSpec {
+            caller: caller.to_string(),
+            ranges: ranges[caller].clone(),
+            default_reason,
+            rules,
+        });
+    } else if let Some(reason) = default_reason {
+        out.routes.push((caller.to_string(), reason));
+    }
+    // else: only rules, all dropped; the caller counts under its name.
+}
+
+/// The `within` rules of a caller's reasons, with the merged ranges of
+/// their functions; a rule none of whose functions is found is dropped.
+fn rules_of<'r>(
+    reasons: impl Iterator<Item = &'r Reason>,
+    ranges: &HashMap<&str, Vec<(u64, u64)>>,
+) -> Vec<RuleSpec> {
+    let mut rules = Vec::new();
+    for r in reasons {
+        let Some(w) = &r.within else { continue };
+        let rule_ranges = merge(
+            w.functions
+                .iter()
+                .flat_map(|f| ranges[f.as_str()].iter().copied())
+                .collect(),
+        );
+        if rule_ranges.is_empty() {
+            continue; // every `within` function is missing: drop the rule
+        }
+        rules.push(RuleSpec {
+            reason: r.name.clone(),
+            ranges: rule_ranges,
+            depth: w.depth,
+        });
+    }
+    rules
+}
+
+/// Fails if the rules need more address ranges than the BPF program's
+/// tables hold; `origin` names the profile.
+fn check_table_room(out: &Resolved, origin: &str) -> Result<()> {
     let per_caller = |f: &dyn Fn(&DeepCallerSpec) -> usize| {
         out.deep
             .iter()
@@ -243,22 +280,20 @@ pub(crate) fn resolve(profile: &Profile, ksyms: &Kallsyms) -> Result<Resolved> {
     let need = out.deep_caller_ranges();
     if need > MAX_DEEP_CALLERS {
         return Err(Error::msg(format!(
-            "{}: callers with `within` rules need {need} address ranges on this kernel, \
+            "{origin}: callers with `within` rules need {need} address ranges on this kernel, \
              the BPF program takes at most {MAX_DEEP_CALLERS} ({})",
-            profile.origin,
             per_caller(&|d| d.ranges.len())
         )));
     }
     let need = out.deep_rule_ranges();
     if need > MAX_DEEP_RULES {
         return Err(Error::msg(format!(
-            "{}: `within` rules need {need} address ranges on this kernel, \
+            "{origin}: `within` rules need {need} address ranges on this kernel, \
              the BPF program takes at most {MAX_DEEP_RULES} (per caller: {})",
-            profile.origin,
             per_caller(&|d| d.rules.iter().map(|r| r.ranges.len()).sum())
         )));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

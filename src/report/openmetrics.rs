@@ -40,6 +40,18 @@ struct Scrape(Vec<Pinned>, Vec<String>, Option<Vec<CaptureSeries>>);
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        self.encode_counts(&mut enc)?;
+        self.encode_instances(&mut enc)?;
+        match &self.2 {
+            Some(captures) => encode_captures(captures, &mut enc),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Scrape {
+    /// The calls per reason and the drops per cause.
+    fn encode_counts(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let mut m = enc.encode_descriptor(
             "topdown_calls",
             "Calls of the traced kernel function per reason since it was pinned.",
@@ -64,6 +76,12 @@ impl prometheus_client::collector::Collector for Scrape {
                 ConstCounter::new(n).encode(m.encode_family(&labels)?)?;
             }
         }
+        Ok(())
+    }
+
+    /// How each pinned function is traced, when it was pinned, and which
+    /// could not be read.
+    fn encode_instances(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let mut m = enc.encode_descriptor(
             "topdown",
             "A pinned function: how it is traced.",
@@ -100,37 +118,39 @@ impl prometheus_client::collector::Collector for Scrape {
             let labels = [("function", func.as_str())];
             ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
         }
-        let Some(captures) = &self.2 else {
-            return Ok(());
-        };
-        let mut m = enc.encode_descriptor(
-            "topdown_capture_active",
-            "1: the reason whose stacks topdown serve --capture captures now.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for c in captures {
-            let labels = [
-                ("function", c.function.as_str()),
-                ("reason", c.reason.as_str()),
-            ];
-            ConstGauge::new(i64::from(c.active)).encode(m.encode_family(&labels)?)?;
-        }
-        let mut m = enc.encode_descriptor(
-            "topdown_stacks",
-            "Stacks captured by topdown serve --capture since it started, per reason.",
-            None,
-            MetricType::Counter,
-        )?;
-        for c in captures {
-            let labels = [
-                ("function", c.function.as_str()),
-                ("reason", c.reason.as_str()),
-            ];
-            ConstCounter::new(c.stacks).encode(m.encode_family(&labels)?)?;
-        }
         Ok(())
     }
+}
+
+/// With --capture: the reason captured now, and the stacks per reason.
+fn encode_captures(captures: &[CaptureSeries], enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(
+        "topdown_capture_active",
+        "1: the reason whose stacks topdown serve --capture captures now.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for c in captures {
+        let labels = [
+            ("function", c.function.as_str()),
+            ("reason", c.reason.as_str()),
+        ];
+        ConstGauge::new(i64::from(c.active)).encode(m.encode_family(&labels)?)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "topdown_stacks",
+        "Stacks captured by topdown serve --capture since it started, per reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for c in captures {
+        let labels = [
+            ("function", c.function.as_str()),
+            ("reason", c.reason.as_str()),
+        ];
+        ConstCounter::new(c.stacks).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// The OpenMetrics text of `pinned`, of `unreadable` (functions that

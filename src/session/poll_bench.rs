@@ -107,20 +107,20 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// Runs `polls` polls (after a first one that resolves every site) with
-/// `sites_per_reason` pending call sites per reason; prints the median of
-/// each part and of the whole, in µs, if `print`.
-fn run(sites_per_reason: usize, polls: usize, print: bool) {
-    let stride = size_of::<types::td_counts>() / 8;
-    let mut counts = vec![0u64; CPUS * stride];
+/// Pending call sites, each with its return address, its reason's slot
+/// and its per-CPU counts.
+type Sites = Vec<(u64, u32, Vec<u64>)>;
+
+/// REASONS named reasons and `sites_per_reason` call sites of each,
+/// pending with their first calls on every CPU: the table keeps them after
+/// resolution, so every poll reads every site.
+fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, Sites) {
     let mut reasons = Reasons::new(REASONS);
     let slots: Vec<u32> = (0..REASONS)
         .map(|i| reasons.slot(&format!("REASON_{i}")))
         .collect();
     assert_eq!(slots[0], FIRST_REASON);
-    // Every site's first calls, pending per CPU: the table keeps them
-    // after resolution, so every poll reads every site.
-    let sites: Vec<(u64, u32, Vec<u64>)> = (0..REASONS * sites_per_reason)
+    let sites = (0..REASONS * sites_per_reason)
         .map(|i| {
             let ret = 0xffff_ffff_8100_0000 + 0x40 * i as u64;
             let mut flat = vec![0u64; CPUS];
@@ -128,6 +128,11 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
             (ret, slots[i / sites_per_reason], flat)
         })
         .collect();
+    (reasons, slots, sites)
+}
+
+/// A run's state with the trigger on, from zero.
+fn auto_state() -> State {
     let trigger = Trigger::new(
         Config {
             threshold: 80.0,
@@ -137,20 +142,79 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         },
         None,
     );
-    let mut state = State::new(
+    State::new(
         trigger,
         vec![0; NR_SLOTS],
         Stats::default(),
         ProgStats::default(),
-    );
+    )
+}
+
+/// The totals a poll must give: the counts with every site's pending calls
+/// under its reason.
+fn expected_totals(counts: &[u64], stride: usize, sites: &Sites) -> Vec<u64> {
+    let mut want = vec![0u64; NR_SLOTS];
+    for cpu in counts.chunks_exact(stride) {
+        for (w, c) in want.iter_mut().zip(cpu) {
+            *w += c;
+        }
+    }
+    for (_, slot, flat) in sites {
+        want[*slot as usize] += flat.iter().sum::<u64>();
+    }
+    want
+}
+
+/// The time of each part of every poll timed.
+#[derive(Default)]
+struct Times {
+    counts: Vec<Duration>,
+    pending: Vec<Duration>,
+    tick: Vec<Duration>,
+    interval: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+impl Times {
+    /// Takes the times of one poll, from the instants between its parts.
+    fn push(&mut self, t: [Instant; 5]) {
+        self.counts.push(t[1] - t[0]);
+        self.pending.push(t[2] - t[1]);
+        self.tick.push(t[3] - t[2]);
+        self.interval.push(t[4] - t[3]);
+        self.total.push(t[4] - t[0]);
+    }
+
+    fn print(&mut self, sites: usize, polls: usize) {
+        println!(
+            "poll-bench: {REASONS} reasons, {sites} pending sites, {CPUS} CPUs, median of {polls} polls (CPU time): \
+             {:.1} us per poll (counts {:.1}, pending sites {:.1}, tick {:.1}, interval {:.1}); \
+             worst {:.1} us",
+            micros(median(&mut self.total)),
+            micros(median(&mut self.counts)),
+            micros(median(&mut self.pending)),
+            micros(median(&mut self.tick)),
+            micros(median(&mut self.interval)),
+            micros(*self.total.iter().max().unwrap()),
+        );
+    }
+}
+
+/// Runs `polls` polls (after a first one that resolves every site) with
+/// `sites_per_reason` pending call sites per reason; prints the median of
+/// each part and of the whole, in µs, if `print`.
+fn run(sites_per_reason: usize, polls: usize, print: bool) {
+    let stride = size_of::<types::td_counts>() / 8;
+    let mut counts = vec![0u64; CPUS * stride];
+    let (reasons, slots, sites) = reasons_and_sites(sites_per_reason);
+    let mut state = auto_state();
     let mut poller = Poller::default();
     let stats_stride = size_of::<types::td_stats>() / 8;
     let rare = PerCpu {
         stride: stats_stride,
         words: vec![1; CPUS * stats_stride],
     };
-    let (mut t_counts, mut t_pending, mut t_tick, mut t_interval, mut t_total) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let mut times = Times::default();
     let tick = TICK.as_secs_f64();
     for p in 0..=polls {
         // Calls since the last poll, on every CPU, in every reason's slot.
@@ -168,18 +232,8 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
             .unwrap();
         let t2 = Instant::now();
         if !print {
-            // Not timed: the totals are the counts with every site's
-            // pending calls under its reason.
-            let mut want = vec![0u64; NR_SLOTS];
-            for cpu in counts.chunks_exact(stride) {
-                for (w, c) in want.iter_mut().zip(cpu) {
-                    *w += c;
-                }
-            }
-            for (_, slot, flat) in &sites {
-                want[*slot as usize] += flat.iter().sum::<u64>();
-            }
-            assert_eq!(cur, want, "poll {p}");
+            // Not timed.
+            assert_eq!(cur, expected_totals(&counts, stride, &sites), "poll {p}");
         }
         let now = p as f64 * tick;
         black_box(state.tick(now, (now * 1e9) as u64, &cur));
@@ -193,28 +247,12 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         let t4 = Instant::now();
         // Poll 0 resolves every site: not the steady state.
         if p > 0 {
-            t_counts.push(t1 - t0);
-            t_pending.push(t2 - t1);
-            t_tick.push(t3 - t2);
-            t_interval.push(t4 - t3);
-            t_total.push(t4 - t0);
+            times.push([t0, t1, t2, t3, t4]);
         }
     }
-    if !print {
-        return;
+    if print {
+        times.print(sites.len(), polls);
     }
-    println!(
-        "poll-bench: {REASONS} reasons, {} pending sites, {CPUS} CPUs, median of {polls} polls (CPU time): \
-         {:.1} us per poll (counts {:.1}, pending sites {:.1}, tick {:.1}, interval {:.1}); \
-         worst {:.1} us",
-        sites.len(),
-        micros(median(&mut t_total)),
-        micros(median(&mut t_counts)),
-        micros(median(&mut t_pending)),
-        micros(median(&mut t_tick)),
-        micros(median(&mut t_interval)),
-        micros(*t_total.iter().max().unwrap()),
-    );
 }
 
 #[test]

@@ -147,6 +147,14 @@ pub(crate) fn verdict(
         );
         return v;
     }
+    judge(&mut v, name, b, n);
+    v
+}
+
+/// Judges a verdict both sides can tell: `b` and `n` are the figures of
+/// `name`, the baseline's hot reason, before and now.
+fn judge(v: &mut Verdict, name: &str, b: Fig, n: Fig) {
+    let cfg = v.config;
     v.drop = 100.0 * (1.0 - n.rate / b.rate);
     v.share_below = n.share < cfg.threshold;
     v.rate_dropped = v.drop >= cfg.drop;
@@ -175,7 +183,6 @@ pub(crate) fn verdict(
         "{name} (the baseline's hot reason): {share}; rate {fell}, from {:.1}/s to {:.1}/s (a fall of {}% needed)",
         b.rate, n.rate, cfg.drop
     );
-    v
 }
 
 /// The reason the load moved to, if the baseline's hot reason `hot` is

@@ -100,6 +100,14 @@ fn function_name(frame: &str) -> &str {
     }
 }
 
+/// The string ids of the labels' keys.
+struct LabelKeys {
+    function: i64,
+    reason: i64,
+    comm: i64,
+    pid: i64,
+}
+
 /// The profile of `samples` captured over `duration_ns` from `start_ns`
 /// (Unix time), encoded and gzipped. Samples are sorted, so one set of
 /// stacks always gives the same bytes.
@@ -107,63 +115,16 @@ pub(crate) fn encode(samples: &HashMap<Key, u64>, start_ns: i64, duration_ns: i6
     let mut t = Tables::new();
     let calls = t.string("calls");
     let count = t.string("count");
-    let (l_function, l_reason, l_comm, l_pid) = (
-        t.string("function"),
-        t.string("reason"),
-        t.string("comm"),
-        t.string("pid"),
-    );
-    let mut sorted: Vec<(&Key, &u64)> = samples.iter().collect();
-    sorted.sort_by(|a, b| {
-        (
-            &a.0.function,
-            &a.0.reason,
-            &a.0.stack.kernel,
-            &a.0.stack.user,
-        )
-            .cmp(&(
-                &b.0.function,
-                &b.0.reason,
-                &b.0.stack.kernel,
-                &b.0.stack.user,
-            ))
-            .then(a.0.process.pid.cmp(&b.0.process.pid))
-            .then(a.0.process.comm.cmp(&b.0.process.comm))
-    });
-    let mut out = Vec::with_capacity(sorted.len());
-    for (k, &n) in sorted {
-        let frames = std::iter::once(k.function.as_str())
-            .chain(k.stack.kernel.iter().map(String::as_str))
-            .chain(k.stack.user.iter().map(String::as_str));
-        let location_id = frames.map(|f| t.location(f)).collect();
-        let label = vec![
-            profile::Label {
-                key: l_function,
-                str: t.string(&k.function),
-                ..Default::default()
-            },
-            profile::Label {
-                key: l_reason,
-                str: t.string(&k.reason),
-                ..Default::default()
-            },
-            profile::Label {
-                key: l_comm,
-                str: t.string(&k.process.comm),
-                ..Default::default()
-            },
-            profile::Label {
-                key: l_pid,
-                num: i64::from(k.process.pid),
-                ..Default::default()
-            },
-        ];
-        out.push(profile::Sample {
-            location_id,
-            value: vec![n.min(i64::MAX as u64) as i64],
-            label,
-        });
-    }
+    let keys = LabelKeys {
+        function: t.string("function"),
+        reason: t.string("reason"),
+        comm: t.string("comm"),
+        pid: t.string("pid"),
+    };
+    let out = in_order(samples)
+        .into_iter()
+        .map(|(k, &n)| sample(&mut t, &keys, k, n))
+        .collect();
     let kind = profile::ValueType {
         r#type: calls,
         unit: count,
@@ -184,6 +145,64 @@ pub(crate) fn encode(samples: &HashMap<Key, u64>, start_ns: i64, duration_ns: i6
     // Writing to a Vec cannot fail.
     gz.write_all(&p.encode_to_vec()).expect("writes to memory");
     gz.finish().expect("writes to memory")
+}
+
+/// The samples in one fixed order: by function, reason, stack, process.
+fn in_order(samples: &HashMap<Key, u64>) -> Vec<(&Key, &u64)> {
+    let mut sorted: Vec<(&Key, &u64)> = samples.iter().collect();
+    sorted.sort_by(|a, b| {
+        (
+            &a.0.function,
+            &a.0.reason,
+            &a.0.stack.kernel,
+            &a.0.stack.user,
+        )
+            .cmp(&(
+                &b.0.function,
+                &b.0.reason,
+                &b.0.stack.kernel,
+                &b.0.stack.user,
+            ))
+            .then(a.0.process.pid.cmp(&b.0.process.pid))
+            .then(a.0.process.comm.cmp(&b.0.process.comm))
+    });
+    sorted
+}
+
+/// One stack's sample, leaf first: the traced function, the kernel frames,
+/// then the user frames; `n` calls, labelled.
+fn sample(t: &mut Tables, keys: &LabelKeys, k: &Key, n: u64) -> profile::Sample {
+    let frames = std::iter::once(k.function.as_str())
+        .chain(k.stack.kernel.iter().map(String::as_str))
+        .chain(k.stack.user.iter().map(String::as_str));
+    let location_id = frames.map(|f| t.location(f)).collect();
+    let label = vec![
+        profile::Label {
+            key: keys.function,
+            str: t.string(&k.function),
+            ..Default::default()
+        },
+        profile::Label {
+            key: keys.reason,
+            str: t.string(&k.reason),
+            ..Default::default()
+        },
+        profile::Label {
+            key: keys.comm,
+            str: t.string(&k.process.comm),
+            ..Default::default()
+        },
+        profile::Label {
+            key: keys.pid,
+            num: i64::from(k.process.pid),
+            ..Default::default()
+        },
+    ];
+    profile::Sample {
+        location_id,
+        value: vec![n.min(i64::MAX as u64) as i64],
+        label,
+    }
 }
 
 #[cfg(test)]
