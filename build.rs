@@ -69,9 +69,25 @@ fn main() {
             .build()
             .unwrap_or_else(|e| panic!("building {SRC} for {other}: {e:#}"));
     }
-    println!("cargo:rerun-if-changed=src/bpf");
+    for name in bpf_sources(&manifest) {
+        println!("cargo:rerun-if-changed=src/bpf/{name}");
+    }
     println!("cargo:rerun-if-changed=vmlinux");
     println!("cargo:rerun-if-env-changed=CLANG");
+}
+
+/// The BPF C: topdown.bpf.c and every header beside it (the Rust files of
+/// src/bpf are not watched, so that editing them does not recompile the C).
+/// A new header is found too, as the #include that brings it changes the C.
+fn bpf_sources(manifest: &Path) -> Vec<String> {
+    let dir = manifest.join("src/bpf");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".c") || name.ends_with(".h"))
+        .collect();
+    names.sort();
+    names
 }
 
 /// With the system-libbpf feature, checks the distribution's libbpf (pkg-config)

@@ -53,7 +53,7 @@ const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
 /// The site cache entry for `ret` in `slot`, and its index; None where the
 /// cache cannot hold it (an address with a bit clear above the bits the
 /// BPF side compares, or a slot too large), which the sites hash then
-/// serves alone. As site_index() and cached_reason() in topdown.bpf.c.
+/// serves alone. As site_index() and cached_reason() in caller.bpf.h.
 pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
     let high = !0u64 << SITE_SHIFT;
     // x86-64 compares the low 32 bits only: all its kernel text is in the

@@ -1,6 +1,6 @@
 //! The deeper-frame rules: caller ranges whose reason depends on the
 //! frames above the caller, as written into td_deep, and user space's copy
-//! of deep_reason() in topdown.bpf.c for the calls counted before the
+//! of deep_reason() in deep.bpf.h for the calls counted before the
 //! tables were ready.
 
 use crate::bpf::abi::{MAX_DEEP_CALLERS, MAX_DEEP_RULES, MAX_RULE_DEPTH, NO_FRAMES};
@@ -73,7 +73,7 @@ impl Deep {
     }
 
     /// The slot of a call from `ret` with `frames` above its caller
-    /// (nearest first), as deep_reason() in topdown.bpf.c decides it: the
+    /// (nearest first), as deep_reason() in deep.bpf.h decides it: the
     /// first rule with a frame in its range within its depth, else the
     /// caller's own, also where the first frame is NO_FRAMES (no unwind);
     /// None where `ret` is in no deeper-frame caller. For the calls counted
@@ -98,7 +98,7 @@ impl Deep {
     }
 
     /// The deeper-frame caller `ret` returns into, as deep_caller() in
-    /// topdown.bpf.c finds it.
+    /// deep.bpf.h finds it.
     fn caller(&self, ret: u64) -> Option<&DeepCaller> {
         self.callers
             .iter()

@@ -1,5 +1,6 @@
-//! The kernel side: the BPF programs (`topdown.bpf.c`, `topdown.h`), their
-//! generated skeleton, and the Rust that loads, attaches and reads them.
+//! The kernel side: the BPF programs (`topdown.bpf.c`, the `.bpf.h`
+//! headers it includes, and `topdown.h`), their generated skeleton, and
+//! the Rust that loads, attaches and reads them.
 //! `abi` mirrors the header, and `deep`, `percpu` and `sample` decode
 //! what the maps hold; `probe` is the loaded object; `attach` chooses
 //! fentry or a kprobe and explains refusals; `log` keeps the verifier's

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every part of topdown's kernel side shares: the settings, the global
+ * data and maps user space reads and writes (through the skeleton), and the
+ * small helpers the parts use on them. Included first by topdown.bpf.c.
+ */
+#ifndef TOPDOWN_COMMON_H
+#define TOPDOWN_COMMON_H
+
+/* Set by user space before load. */
+const volatile struct td_config cfg = {};
+
+/*
+ * The key of the single-entry arrays. Passed from .rodata, a lookup takes
+ * one instruction for its key where one on the stack takes four: a store,
+ * and the stack pointer copied and moved.
+ */
+static const __u32 zero = 0;
+
+/* Changed by user space at run time (mmap'ed .data); see td_control. */
+struct td_control ctl = { .reason = TD_SLOT_NONE };
+
+/* See td_watch: 0 but while user space watches the calls. */
+struct td_watch watch;
+
+/*
+ * Resolved sites, by hash of the return address (mmap'ed .bss, written by
+ * user space, each entry once, in one 8-byte store): an array load instead
+ * of a hash lookup.
+ */
+__u64 site_cache[TD_SITE_CACHE];
+
+/*
+ * Where the first calls found FUNC's entry address among the words above
+ * ctx (fentry), as a byte offset from ctx (the common path then has no
+ * shift to make); the caller's return address is a fixed step further. A
+ * trampoline rebuilt with another layout (an fexit program added) makes
+ * the next call search again. Shared by the CPUs: a race only repeats a
+ * search.
+ */
+__u32 entry_off;
+
+/*
+ * Set when a call site is first counted as pending (mmap'ed .bss): user
+ * space, whatever its print interval, clears it and resolves the new
+ * sites within a tick, so their calls leave the pending path soon.
+ */
+__u32 new_sites;
+
+/* The deeper-frame rules; see td_deep. */
+struct td_deep deep;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_counts);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, __u64);
+	__type(value, __u32);	/* reason slot */
+} sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, __u64);
+	__type(value, __u64);
+} pending SEC(".maps");
+
+/*
+ * Calls counted before the deeper-frame rules were ready (see td_early_key):
+ * user space adds them to their reasons on every poll, as it does pending
+ * sites. Sized to one entry when the run has no deeper-frame rules.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, struct td_early_key);
+	__type(value, __u64);
+} early SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_stats);
+} stats SEC(".maps");
+
+/* Scratch space for unwinds: too big for the 512-byte BPF stack. */
+struct td_scratch {
+	/*
+	 * An unwind's frames, then TD_MAX_RULE_DEPTH zeros that nothing
+	 * writes: the frames above any caller index below TD_UNWIND_FRAMES
+	 * are read without a bounds test (see frames_above).
+	 */
+	__u64 ips[TD_UNWIND_FRAMES + TD_MAX_RULE_DEPTH];
+	__s32 caller;		/* the caller's index in ips (see caller_index) */
+	__s32 deep_caller;	/* its index in deep.callers (see deep_reason) */
+	struct td_early_key early;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_budget);
+} budget SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TD_NR_SLOTS);
+	__type(key, __u32);
+	__type(value, struct td_name);
+} names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_meta);
+} meta SEC(".maps");
+
+#define TD_SAMPLES_BYTES (1 << 22)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, TD_SAMPLES_BYTES);
+} samples SEC(".maps");
+
+/*
+ * The --pid filter's list (an array map: its lookup is inlined, no helper
+ * call; a short list is searched faster than a hash is).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_pids);
+} pids SEC(".maps");
+
+/* The --cgroup filter: the cgroup (v2) whose tasks, descendants' included, count. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroup_filter SEC(".maps");
+
+/* A bare per-CPU counter, the cost baseline (--companion bare). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} bare SEC(".maps");
+
+/* Keep these types (and the enums in them) in the skeleton's `types`. */
+struct td_sample _td_sample = {};
+struct td_counts _td_counts = {};
+struct td_stats _td_stats = {};
+struct td_budget _td_budget = {};
+enum td_stack_stat _td_stack_stat = TD_NR_STACK_STATS;
+enum td_abi _td_abi = TD_NR_SLOTS;
+enum td_stat _td_stat = TD_NR_STATS;
+enum td_slot_none _td_slot_none = TD_SLOT_NONE;
+enum td_no_pid _td_no_pid = TD_NO_PID;
+enum td_watch_byte _td_watch_byte = TD_WATCH_OWN;
+struct td_pids _td_pids = {};
+struct td_early_key _td_early_key = {};
+
+/* Counts one event of topdown's own (td_stats), on this CPU. */
+static __always_inline void stat_inc(enum td_stat which)
+{
+	struct td_stats *st = bpf_map_lookup_elem(&stats, &zero);
+
+	if (st)
+		st->n[which]++;
+}
+
+/* How count_in counted a call. */
+enum td_counted {
+	TD_COUNT_FULL,		/* not: the table is full */
+	TD_COUNT_ADDED,
+	TD_COUNT_INSERTED,	/* the key's first call on this CPU */
+};
+
+/*
+ * Adds a call to `key`'s count in per-CPU hash `map` (pending, early),
+ * inserting the key on its first call.
+ */
+static __always_inline enum td_counted count_in(void *map, void *key)
+{
+	__u64 one = 1, *p;
+
+	if ((p = bpf_map_lookup_elem(map, key))) {
+		(*p)++;
+	} else if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0) {
+		return TD_COUNT_INSERTED;
+	} else if ((p = bpf_map_lookup_elem(map, key))) {
+		(*p)++;		/* lost a race to insert */
+	} else {
+		return TD_COUNT_FULL;
+	}
+	return TD_COUNT_ADDED;
+}
+
+#endif
