@@ -368,8 +368,8 @@ struct td_frame_walk {
 	__s32 at;
 };
 
-/* bpf_loop's body: frame i; 1 (stop) at the first in FUNC's entry. */
-static long entry_frame_step(__u32 i, struct td_frame_walk *w)
+/* The loop's body (td_loop): frame i; 1 (stop) at the first in FUNC's entry. */
+static __always_inline long entry_frame_step(__u32 i, struct td_frame_walk *w)
 {
 	if (i >= TD_UNWIND_FRAMES - 1 || i + 1 >= w->n)
 		return 1;
@@ -390,27 +390,15 @@ static long entry_frame_step(__u32 i, struct td_frame_walk *w)
 static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
 					 __u64 hint, bool loops)
 {
-	__u64 func = func_ip(ctx, kind);
+	struct td_frame_walk w = { .s = s, .func = func_ip(ctx, kind), .at = -1 };
 	long n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
 
 	if (n <= 0)
 		return -1;
-	n /= 8;
-	if (loops) {
-		/* the body verified once, not once per frame */
-		struct td_frame_walk w = { .s = s, .func = func, .n = n, .at = -1 };
-
-		bpf_loop(TD_UNWIND_FRAMES - 1, entry_frame_step, &w, 0);
-		if (w.at >= 0)
-			return entry_caller(ctx, s, w.at & (TD_UNWIND_FRAMES - 1), func);
-	} else {
-		for (int i = 0; i < TD_UNWIND_FRAMES - 1; i++) {
-			if (i + 1 >= n)
-				break;
-			if (in_entry(s->ips[i], func))
-				return entry_caller(ctx, s, i, func);
-		}
-	}
+	w.n = n /= 8;
+	td_loop(loops, TD_UNWIND_FRAMES - 1, TD_UNWIND_FRAMES - 1, entry_frame_step, &w);
+	if (w.at >= 0)
+		return entry_caller(ctx, s, w.at & (TD_UNWIND_FRAMES - 1), w.func);
 	for (int i = 0; i < TD_HINT_FRAMES; i++) {
 		if (i >= n)
 			break;

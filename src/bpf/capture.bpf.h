@@ -15,13 +15,13 @@ struct td_range_walk {
 	__u32 found;
 };
 
-/* bpf_loop's body: range i; 1 (stop) once it holds the call. */
-static long range_step(__u32 i, struct td_range_walk *w)
+/* The loop's body (td_loop): range i; 1 (stop) once it holds the call. */
+static __always_inline long range_step(__u32 i, struct td_range_walk *w)
 {
 	if (i >= TD_MAX_STACK_RANGES)
 		return 1;
-	if (ctl.ranges[i].reason != w->want || w->ret - 1 < ctl.ranges[i].lo ||
-	    w->ret - 1 >= ctl.ranges[i].hi)
+	if (ctl.ranges[i].reason != w->want ||
+	    !returns_into(w->ret, ctl.ranges[i].lo, ctl.ranges[i].hi))
 		return 0;
 	w->found = 1;
 	return 1;
@@ -35,22 +35,10 @@ static long range_step(__u32 i, struct td_range_walk *w)
  */
 static __always_inline bool in_stack_ranges(__u64 ret, __u32 want, bool loops)
 {
-	__u32 nr = *(volatile __u32 *)&ctl.nr_ranges;
+	struct td_range_walk w = { .ret = ret, .want = want };
 
-	if (loops) {
-		struct td_range_walk w = { .ret = ret, .want = want };
-
-		bpf_loop(nr < TD_MAX_STACK_RANGES ? nr : TD_MAX_STACK_RANGES, range_step, &w, 0);
-		return w.found;
-	}
-	for (__u32 i = 0; i < TD_MAX_STACK_RANGES; i++) {
-		if (i >= nr)
-			break;
-		if (ctl.ranges[i].reason == want && ret - 1 >= ctl.ranges[i].lo &&
-		    ret - 1 < ctl.ranges[i].hi)
-			return true;
-	}
-	return false;
+	td_loop(loops, *(volatile __u32 *)&ctl.nr_ranges, TD_MAX_STACK_RANGES, range_step, &w);
+	return w.found;
 }
 
 /*

@@ -215,4 +215,34 @@ static __always_inline enum td_counted count_in(void *map, void *key)
 	return TD_COUNT_ADDED;
 }
 
+
+/*
+ * Whether return address `ret` returns into [lo, hi): ret - 1 is tested,
+ * since a call can be a function's last instruction.
+ */
+static __always_inline bool returns_into(__u64 ret, __u64 lo, __u64 hi)
+{
+	return ret - 1 >= lo && ret - 1 < hi;
+}
+
+/*
+ * Runs loop body `step` (a bpf_loop callback: step(i, w), 1 to stop) for i
+ * from 0 while below nr and max: through bpf_loop where `loops` (5.17 and
+ * later; the body is verified once), else as a bounded loop calling the
+ * same body, which the verifier walks turn by turn. `loops` is a constant
+ * in each caller, so a program without bpf_loop never names the callback
+ * (see verify).
+ */
+#define td_loop(loops, nr, max, step, w)					\
+	do {									\
+		__u32 __nr = (nr);						\
+										\
+		if (loops)							\
+			bpf_loop(__nr < (max) ? __nr : (max), step, w, 0);	\
+		else								\
+			for (__u32 __i = 0; __i < (max) && __i < __nr; __i++)	\
+				if (step(__i, w))				\
+					break;					\
+	} while (0)
+
 #endif

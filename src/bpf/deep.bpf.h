@@ -17,7 +17,7 @@ static __always_inline int deep_caller(__u64 ret)
 	for (__u32 c = 0; c < TD_MAX_CALLERS; c++) {
 		if (c >= nr)
 			break;
-		if (ret - 1 >= deep.callers[c].lo && ret - 1 < deep.callers[c].hi)
+		if (returns_into(ret, deep.callers[c].lo, deep.callers[c].hi))
 			return c;
 	}
 	return -1;
@@ -51,8 +51,7 @@ static __always_inline bool rule_holds(struct td_scratch *s, __u32 idx)
 		/* a zero frame ends the stack */
 		if (d >= deep.rules[idx].depth || !ip)
 			return false;
-		/* -1: a call can be a function's last instruction */
-		if (ip - 1 >= deep.rules[idx].lo && ip - 1 < deep.rules[idx].hi)
+		if (returns_into(ip, deep.rules[idx].lo, deep.rules[idx].hi))
 			return true;
 	}
 	return false;
@@ -65,8 +64,8 @@ struct td_rule_walk {
 	__u32 reason;
 };
 
-/* bpf_loop's body: rule first + i; 1 (stop) once a rule holds. */
-static long rule_step(__u32 i, struct td_rule_walk *w)
+/* The loop's body (td_loop): rule first + i; 1 (stop) once a rule holds. */
+static __always_inline long rule_step(__u32 i, struct td_rule_walk *w)
 {
 	__u32 idx = w->first + i;
 
@@ -89,8 +88,9 @@ static long rule_step(__u32 i, struct td_rule_walk *w)
 static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_kind kind,
 					 bool loops)
 {
-	__u32 c, first, nr, dflt;
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct td_rule_walk w;
+	__u32 c, nr;
 	int ci;
 
 	if (!s)
@@ -98,35 +98,23 @@ static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_k
 	/* dc as well: deep_caller returns a constant on each of its paths */
 	s->deep_caller = dc;
 	c = *(volatile __s32 *)&s->deep_caller & (TD_MAX_CALLERS - 1);
-	first = deep.callers[c].rule_first;
+	w.s = s;
+	w.first = deep.callers[c].rule_first;
 	nr = deep.callers[c].rule_count;
-	dflt = deep.callers[c].reason;
+	w.reason = deep.callers[c].reason;
 	ci = caller_index(ctx, s, ret, kind, loops);
 	if (ci < 0) {
 		stat_inc(TD_STAT_DEEP_UNWIND_FAILED);
-		return dflt;
-	}
-	frames_above(s, ci);
-	if (loops) {
-		/*
-		 * The body is verified once: unrolled, the loops cost the
-		 * verifier several times the instructions, and start-up time
-		 * with them (docs/performance.md).
-		 */
-		struct td_rule_walk w = { .s = s, .first = first, .reason = dflt };
-
-		bpf_loop(nr < TD_MAX_RULES ? nr : TD_MAX_RULES, rule_step, &w, 0);
 		return w.reason;
 	}
-	for (__u32 r = 0; r < TD_MAX_RULES; r++) {
-		__u32 idx = first + r;
-
-		if (r >= nr || idx >= TD_MAX_RULES)
-			break;
-		if (rule_holds(s, idx))
-			return deep.rules[idx].reason;
-	}
-	return dflt;
+	frames_above(s, ci);
+	/*
+	 * Through bpf_loop the body is verified once: walked turn by turn,
+	 * the loops cost the verifier several times the instructions, and
+	 * start-up time with them (docs/performance.md).
+	 */
+	td_loop(loops, nr, TD_MAX_RULES, rule_step, &w);
+	return w.reason;
 }
 
 /*
