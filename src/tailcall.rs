@@ -134,8 +134,11 @@ fn entered(ksyms: &Kallsyms, t: u64, arm64: bool) -> Option<(u64, String)> {
     (s.addr - t <= padding(arm64)).then(|| (s.addr, s.name.clone()))
 }
 
-/// Retpoline and related thunks: a call to one is an indirect call.
+/// Retpoline and related thunks: a call to one is an indirect call. Newer
+/// kernels give each thunk a `__pi_` alias at the same address, which
+/// kallsyms may name first.
 fn is_indirect_thunk(name: &str) -> bool {
+    let name = name.strip_prefix("__pi_").unwrap_or(name);
     name.starts_with("__x86_indirect_thunk_")
         || name.starts_with("__x86_indirect_call_thunk_")
         || name.starts_with("__x86_indirect_its_thunk_")
@@ -404,6 +407,7 @@ ffffffff81000110 T func_alias
 ffffffff81000200 T __cfi_jumper
 ffffffff81000210 T jumper.isra.0
 ffffffff81000300 T __x86_indirect_thunk_rax
+ffffffff81000340 T __pi___x86_indirect_thunk_rdx
 ffffffff81000400 T other
 ";
 
@@ -430,6 +434,11 @@ ffffffff81000400 T other
         // A retpoline thunk: indirect, named by its caller
         assert_eq!(
             j(Some(0xffff_ffff_8100_0300), None, &none),
+            Caller::Indirect
+        );
+        // ... also under its position-independent alias (7.x)
+        assert_eq!(
+            j(Some(0xffff_ffff_8100_0340), None, &none),
             Caller::Indirect
         );
         // A direct decode into the middle of a function is a misread: the
