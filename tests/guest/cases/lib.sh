@@ -31,7 +31,7 @@ vmstat() {
 
 # ktext FUNC: true if FUNC is a function (a text symbol) of the running kernel. Reading
 # /proc/kallsyms takes seconds under emulation, so the kernel's functions are read
-# from it once per boot (not modules' or BPF's: the guest loads no module).
+# from it once per boot (the kernel's own, not those of modules or BPF programs).
 TD_KTEXT=/tmp/td-ktext
 ktext() {
 	if [ ! -s $TD_KTEXT ]; then
