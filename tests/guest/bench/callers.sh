@@ -94,10 +94,15 @@ td_round() {
 	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
 	rm -f "$TD_OUT" "$TD_ERR"
 	# shellcheck disable=SC2086
-	taskset -c 0 topdown "$1" --no-profile -q --fentry --companion bare $4 --json \
+	taskset -c 0 topdown "$1" --no-profile --fentry --companion bare $4 --json \
 		>"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	wait_line "$TD_ERR" "Ctrl-C to end"
+	# Start-up ends after that line: the program counts from attach, then topdown reads
+	# the kernel's symbols (seconds under emulation, on this one CPU), and until then
+	# every call is pending. Its first interval line comes after start-up: the passes
+	# below measure new call sites and steady state, not the start-up window.
+	wait_line "$TD_OUT" '"type":"interval"'
 	prog=$(progs | awk '$2 ~ /^td_fentry(_nl)?$/ { m = $2 } END { print m }')
 	[ -n "$prog" ] || fail "topdown $1: no td_fentry program loaded: $(progs)"
 	# The first pass: its call sites are new, resolved by the polls meanwhile.
