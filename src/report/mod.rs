@@ -50,6 +50,19 @@ pub(crate) struct Distribution {
     pub(crate) rows: Vec<ReasonRow>,
 }
 
+impl Distribution {
+    /// The reason with the most calls, special slots aside.
+    pub(crate) fn top(&self) -> Option<&ReasonRow> {
+        self.rows.iter().find(|r| !r.special && r.count > 0)
+    }
+
+    /// The hot reason: the top one if its share reaches `threshold`. The
+    /// one definition, for the summaries, `show` and the verdict.
+    pub(crate) fn hot(&self, threshold: f64) -> Option<&ReasonRow> {
+        self.top().filter(|r| is_hot(r.share, threshold))
+    }
+}
+
 /// A symbolized stack: kernel frames caller first, then user frames
 /// innermost first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -309,15 +322,12 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
-    /// The reason with the most calls, special slots aside: hot if its
-    /// share reaches the threshold (`is_hot`).
     pub(crate) fn top(&self) -> Option<&ReasonRow> {
-        self.calls.rows.iter().find(|r| !r.special)
+        self.calls.top()
     }
 
-    /// The top reason if it is hot.
     pub(crate) fn hot(&self) -> Option<&ReasonRow> {
-        self.top().filter(|r| is_hot(r.share, self.threshold))
+        self.calls.hot(self.threshold)
     }
 }
 
@@ -349,14 +359,12 @@ pub(crate) struct Pinned {
 }
 
 impl Pinned {
-    /// The reason with the most calls, special slots aside.
     pub(crate) fn top(&self) -> Option<&ReasonRow> {
-        self.calls.rows.iter().find(|r| !r.special && r.count > 0)
+        self.calls.top()
     }
 
-    /// The top reason if it is hot.
     pub(crate) fn hot(&self) -> Option<&ReasonRow> {
-        self.top().filter(|r| is_hot(r.share, self.threshold))
+        self.calls.hot(self.threshold)
     }
 }
 
@@ -403,6 +411,16 @@ pub(crate) struct Fig {
     pub(crate) rate: f64,
     /// Percent of that side's calls.
     pub(crate) share: f64,
+}
+
+impl From<&ReasonRow> for Fig {
+    fn from(r: &ReasonRow) -> Self {
+        Fig {
+            count: r.count,
+            rate: r.rate,
+            share: r.share,
+        }
+    }
 }
 
 /// A reason before and now.

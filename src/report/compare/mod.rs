@@ -27,11 +27,7 @@ pub(crate) struct Side<'a> {
 impl Side<'_> {
     fn fig(&self, reason: &str) -> Option<Fig> {
         match self.calls.rows.iter().find(|r| r.reason == reason) {
-            Some(r) => Some(Fig {
-                count: r.count,
-                rate: r.rate,
-                share: r.share,
-            }),
+            Some(r) => Some(Fig::from(r)),
             None => self.named.iter().any(|n| n == reason).then(Fig::default),
         }
     }
@@ -65,21 +61,6 @@ pub(crate) fn changes(before: Side<'_>, now: Side<'_>) -> Vec<Change> {
         .collect()
 }
 
-/// The reason with most calls, special slots aside: the first in the
-/// table (as `Summary::top` picks it); hot if `is_hot`.
-fn top(d: &Distribution) -> Option<(&str, Fig)> {
-    d.rows.iter().find(|r| !r.special && r.count > 0).map(|r| {
-        (
-            r.reason.as_str(),
-            Fig {
-                count: r.count,
-                rate: r.rate,
-                share: r.share,
-            },
-        )
-    })
-}
-
 fn calls(n: f64) -> String {
     crate::report::calls(n.round() as u64)
 }
@@ -107,17 +88,18 @@ pub(crate) fn verdict(
         config: cfg,
         why: String::new(),
     };
-    let Some((name, b)) = top(before) else {
+    let Some(top) = before.top() else {
         v.why = "the baseline has no calls: nothing to compare with".into();
         return v;
     };
-    if !is_hot(b.share, cfg.threshold) {
+    let Some(hot) = before.hot(cfg.threshold) else {
         v.why = format!(
-            "the baseline has no hot reason: its top reason, {name}, has {:.1}% of the calls, below the {}% threshold",
-            b.share, cfg.threshold
+            "the baseline has no hot reason: its top reason, {}, has {:.1}% of the calls, below the {}% threshold",
+            top.reason, top.share, cfg.threshold
         );
         return v;
-    }
+    };
+    let (name, b) = (hot.reason.as_str(), Fig::from(hot));
     v.reason = Some(name.to_string());
     v.before = b;
     if b.count < MIN_CALLS {
