@@ -373,10 +373,10 @@ fn pinned_strategy() -> impl Strategy<Value = Pinned> {
 }
 
 /// One sample line: name, labels, value.
-type Sample = (String, Vec<(String, String)>, String);
+type MetricLine = (String, Vec<(String, String)>, String);
 
 /// The samples of an OpenMetrics text; None if a line is not one.
-fn samples(text: &str) -> Option<Vec<Sample>> {
+fn samples(text: &str) -> Option<Vec<MetricLine>> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let open = line.find('{')?;

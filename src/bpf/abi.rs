@@ -72,7 +72,7 @@ pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
 
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Config {
+pub(crate) struct LoadConfig {
     pub(crate) func_addr: u64,
     pub(crate) verify_caller: bool,
     pub(crate) user_stacks: bool,
@@ -120,7 +120,7 @@ pub(crate) fn tables_depth(tables: &types::td_deep) -> u32 {
     deepest.clamp(1, MAX_RULE_DEPTH)
 }
 
-impl Config {
+impl LoadConfig {
     /// Whether these settings need the counting program that reads every
     /// switch (td_fentry_any, ...: TD_PATH_ANY): a filter, or
     /// --verify-caller. The common one reads none on every call.
@@ -244,11 +244,11 @@ mod tests {
                 depth: 99,
             }],
         };
-        Config {
+        LoadConfig {
             stack_frames: 1000,
             sample_every: 0,
             deep: Some(deep.tables()),
-            ..Config::default()
+            ..LoadConfig::default()
         }
         .write(&mut dst);
         assert_eq!(dst.stack_bytes, MAX_STACK_FRAMES * 8);
@@ -285,24 +285,24 @@ mod tests {
 
     #[test]
     fn the_common_settings_get_a_counting_program_of_their_own() {
-        assert!(!Config::default().any_path());
-        let stacks = Config {
+        assert!(!LoadConfig::default().any_path());
+        let stacks = LoadConfig {
             stacks: true,
-            ..Config::default()
+            ..LoadConfig::default()
         };
         // The stack gate is off the common path (see td_watch).
         assert!(!stacks.any_path());
-        let verify = Config {
+        let verify = LoadConfig {
             verify_caller: true,
             ..stacks.clone()
         };
         assert!(verify.any_path());
-        let filtered = Config {
+        let filtered = LoadConfig {
             filter: Filters {
                 cpus: Some(vec![0]),
                 ..Filters::default()
             },
-            ..Config::default()
+            ..LoadConfig::default()
         };
         assert!(filtered.any_path());
     }
@@ -310,12 +310,12 @@ mod tests {
     #[test]
     fn cpu_filters_become_a_bitmap() {
         let mut dst = types::td_config::default();
-        Config {
+        LoadConfig {
             filter: Filters {
                 cpus: Some(vec![0, 3, 64, MAX_CPUS - 1]),
                 ..Filters::default()
             },
-            ..Config::default()
+            ..LoadConfig::default()
         }
         .write(&mut dst);
         assert_eq!((dst.filter_cpus, dst.filter_pids, dst.filtered), (1, 0, 1));

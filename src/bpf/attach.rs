@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::OpenObject;
 
-use crate::bpf::abi::Config;
+use crate::bpf::abi::LoadConfig;
 use crate::bpf::probe::{self, Companion, Mode, Probe};
 use crate::error::{Error, Result};
 use crate::host::Features;
@@ -48,7 +48,7 @@ const ENOTSUPP: i32 = 524; // kernel-internal, seen by user space as-is
 /// error names both reasons.
 pub(crate) fn attach<'obj>(
     storage: &'obj mut Storage,
-    config: &Config,
+    config: &LoadConfig,
     func: &str,
     req: Request,
     companion: Option<Companion>,
@@ -86,7 +86,7 @@ pub(crate) fn attach<'obj>(
 
 fn try_fentry<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     func: &str,
     companion: Option<Companion>,
     host: &Features,
@@ -163,7 +163,7 @@ fn no_trampolines() -> String {
 
 fn try_kprobe<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     func: &str,
     companion: Option<Companion>,
     host: &Features,

@@ -8,7 +8,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 
-use crate::bpf::abi::{self, Config, SLOT_NONE};
+use crate::bpf::abi::{self, LoadConfig, SLOT_NONE};
 use crate::bpf::ctl;
 use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
@@ -95,7 +95,7 @@ enum Programs {
 /// the programs of `mode`; `func` is the fentry target.
 pub(crate) fn open<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     func: &str,
     mode: Mode,
     companion: Option<Companion>,
@@ -113,7 +113,7 @@ pub(crate) fn open<'obj>(
 
 fn open_for<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     func: &str,
     which: Programs,
     host: &Features,
@@ -230,7 +230,7 @@ fn set_fentry_targets(open: &mut OpenTopdownSkel<'_>, func: &str) -> Result<()> 
 /// kernel has it.
 fn size_maps(
     open: &mut OpenTopdownSkel<'_>,
-    config: &Config,
+    config: &LoadConfig,
     uprobe: bool,
     host: &Features,
 ) -> Result<()> {
@@ -281,7 +281,7 @@ fn size_maps(
 /// Writes `config`, and the helpers `host` has, into the object's
 /// read-only data, and the deeper-frame tables known before load into its
 /// .bss.
-fn write_config(open: &mut OpenTopdownSkel<'_>, config: &Config, host: &Features) {
+fn write_config(open: &mut OpenTopdownSkel<'_>, config: &LoadConfig, host: &Features) {
     if let Some(deep) = &config.deep {
         let bss = open
             .maps
@@ -343,7 +343,7 @@ pub(crate) struct Counting {
 }
 
 impl Counting {
-    pub(crate) fn of(config: &Config, host: &Features) -> Self {
+    pub(crate) fn of(config: &LoadConfig, host: &Features) -> Self {
         Counting {
             any: config.any_path(),
             loops: host.loop_helper,

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
-use crate::bpf::abi::{self, Config, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::abi::{
+    self, LoadConfig, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND,
+};
 use crate::bpf::ctl::{mono_ns, page_size, publish};
 use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
 use crate::bpf::percpu::Pending;
@@ -28,9 +30,9 @@ const FUNC: u64 = 0xffffffff82000000;
 
 fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
-        ..Config::default()
+        ..LoadConfig::default()
     };
     f(&mut selftest::load(&mut storage, &config));
 }
@@ -39,7 +41,7 @@ fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
 /// unrolled as on a kernel before 5.17.
 fn load_walking_rules<'obj>(
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     loop_helper: bool,
 ) -> Probe<'obj> {
     let host = Features {
@@ -50,13 +52,13 @@ fn load_walking_rules<'obj>(
 }
 
 /// Stacks on, every matched call sampled, one frame each.
-fn capture_config() -> Config {
-    Config {
+fn capture_config() -> LoadConfig {
+    LoadConfig {
         func_addr: FUNC,
         sample_every: 1,
         stack_frames: 1,
         stacks: true,
-        ..Config::default()
+        ..LoadConfig::default()
     }
 }
 

@@ -102,19 +102,19 @@ pub(super) fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
 
 /// What a pinned function is to sync: pinned by sync (with its
 /// declaration), by hand, or unreadable (another layout).
-enum Pinned {
+enum PinState {
     Synced(pin::Synced),
     ByHand,
     Unreadable(Error),
 }
 
-fn pinned_state(func: &FuncName) -> Pinned {
+fn pinned_state(func: &FuncName) -> PinState {
     match pin::open(func) {
         Ok(inst) => match inst.meta.synced {
-            Some(s) => Pinned::Synced(s),
-            None => Pinned::ByHand,
+            Some(s) => PinState::Synced(s),
+            None => PinState::ByHand,
         },
-        Err(e) => Pinned::Unreadable(e),
+        Err(e) => PinState::Unreadable(e),
     }
 }
 
@@ -173,15 +173,15 @@ fn sync_one(d: &Declared) -> Result<Option<String>> {
     };
     let repin = match pin::is_pinned(func).then(|| pinned_state(func)) {
         None => false,
-        Some(Pinned::Synced(have)) if have.spec == want.spec => return Ok(None),
-        Some(Pinned::Synced(_)) => true,
-        Some(Pinned::ByHand) => {
+        Some(PinState::Synced(have)) if have.spec == want.spec => return Ok(None),
+        Some(PinState::Synced(_)) => true,
+        Some(PinState::ByHand) => {
             return Err(Error::msg(format!(
                 "{func} is pinned by hand, not by topdown pin --sync: \
                  unpin it (topdown unpin {func}) for sync to pin it"
             )))
         }
-        Some(Pinned::Unreadable(e)) => return Err(e),
+        Some(PinState::Unreadable(e)) => return Err(e),
     };
     // Planned as `topdown pin ARGS` would be (checked when read).
     let args = ["topdown", "pin"].into_iter().map(String::from);
@@ -208,7 +208,7 @@ fn unpin_undeclared(
 ) -> Result<usize> {
     let mut changed = 0;
     for func in pin::pinned()? {
-        let Pinned::Synced(have) = pinned_state(&func) else {
+        let PinState::Synced(have) = pinned_state(&func) else {
             continue;
         };
         if declared.iter().any(|d| d.function == func) || bad.iter().any(|b| b.file == have.file) {
@@ -337,7 +337,7 @@ pub fn unpin(funcs: &[FuncName], synced: bool) -> Result<()> {
     if synced {
         let names: Vec<FuncName> = pin::pinned()?
             .into_iter()
-            .filter(|f| matches!(pinned_state(f), Pinned::Synced(_)))
+            .filter(|f| matches!(pinned_state(f), PinState::Synced(_)))
             .collect();
         for func in &names {
             pin::unpin(func)?;

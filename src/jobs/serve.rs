@@ -20,7 +20,7 @@ use super::common::stop_on_signals;
 use super::pinned::{pinned_mapper, snapshots};
 
 /// `topdown serve`: the pinned functions' counters on /metrics.
-pub fn serve(listen: SocketAddr, capture: Option<plan::Capture>) -> Result<()> {
+pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     let captures = capture.map(|_| serve::Captures::default());
@@ -61,7 +61,7 @@ pub fn serve(listen: SocketAddr, capture: Option<plan::Capture>) -> Result<()> {
 /// The watches of serve --capture, and the functions not watched with
 /// what was said about each (said once).
 struct Watching<'a> {
-    cap: plan::Capture,
+    cap: plan::ServeCapture,
     captures: &'a serve::Captures,
     watches: Vec<Watch>,
     said: HashMap<FuncName, String>,
@@ -71,7 +71,11 @@ struct Watching<'a> {
 /// run on its counters, the hot reason's stacks captured) unless another
 /// reader steers its capture, in which case it is watched once that one
 /// ends; an instance unpinned or re-pinned is let go within a second.
-fn watch_pinned(stop: &AtomicBool, cap: plan::Capture, captures: &serve::Captures) -> Result<()> {
+fn watch_pinned(
+    stop: &AtomicBool,
+    cap: plan::ServeCapture,
+    captures: &serve::Captures,
+) -> Result<()> {
     let ksyms = host::load_kallsyms()?;
     let mut w = Watching {
         cap,
@@ -171,7 +175,7 @@ impl Watching<'_> {
 /// steers its capture.
 fn start_watch(
     func: &FuncName,
-    cap: plan::Capture,
+    cap: plan::ServeCapture,
     ksyms: &Kallsyms,
 ) -> Result<std::result::Result<Watch, String>> {
     let lock = match pin::Lock::try_take_for_serve(func)? {

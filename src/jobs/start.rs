@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::bpf::abi::{Config, SLOT_NOT_FOUND};
+use crate::bpf::abi::{LoadConfig, SLOT_NOT_FOUND};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::probe::{self, Companion, Mode, Probe};
 use crate::error::{Error, Result};
@@ -144,7 +144,7 @@ pub(super) fn start<'obj>(
     } else {
         None
     };
-    let config = Config {
+    let config = LoadConfig {
         func_addr: early.as_ref().map_or(0, |k| k.func_addr),
         verify_caller: extra.verify_caller,
         user_stacks: load.user_stacks,
@@ -210,7 +210,7 @@ pub(super) fn start_user<'obj>(
     func: &str,
 ) -> Result<(Probe<'obj>, Mapper, Option<u32>)> {
     use libbpf_rs::skel::OpenSkel;
-    let config = Config {
+    let config = LoadConfig {
         func_addr: 0,
         verify_caller: false,
         user_stacks: true,

@@ -52,7 +52,7 @@ pub enum Job {
     /// their stack capture and serve the stacks).
     Serve {
         listen: SocketAddr,
-        capture: Option<Capture>,
+        capture: Option<ServeCapture>,
     },
 }
 
@@ -180,7 +180,7 @@ impl Plan {
             Some(Command::Serve(s)) => (
                 Job::Serve {
                     listen: s.listen,
-                    capture: s.capture.then(|| Capture {
+                    capture: s.capture.then(|| ServeCapture {
                         trigger: trigger_config(&s.trigger),
                         max_rate: s.trigger.max_rate,
                     }),
@@ -401,7 +401,7 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
 
 /// serve --capture's trigger and rate cap.
 #[derive(Debug, Clone, Copy)]
-pub struct Capture {
+pub struct ServeCapture {
     pub(crate) trigger: TriggerConfig,
     pub(crate) max_rate: u64,
 }

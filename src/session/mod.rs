@@ -29,7 +29,7 @@ use crate::report::{Pinned, ReasonRow};
 use crate::symbolize::Symbols;
 
 pub(crate) use run::{Context, Ended, Options};
-pub(crate) use trigger::{Config as TriggerConfig, Trigger};
+pub(crate) use trigger::{Trigger, TriggerConfig};
 
 use poll::Poller;
 use run::Run;

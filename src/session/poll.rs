@@ -214,7 +214,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::*;
-    use crate::bpf::abi::{Config, FIRST_REASON};
+    use crate::bpf::abi::{LoadConfig, FIRST_REASON};
     use crate::bpf::probe::selftest;
 
     const KSYMS: &str = "\
@@ -262,7 +262,7 @@ ffffffff81003000 T end_of_text
         }
         let k = Kallsyms::parse(KSYMS);
         let mut storage = MaybeUninit::uninit();
-        let p = &selftest::load(&mut storage, &Config::default());
+        let p = &selftest::load(&mut storage, &LoadConfig::default());
         {
             let mut m = Mapper::auto(64);
             let mut poller = Poller::default();

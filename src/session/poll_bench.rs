@@ -40,7 +40,7 @@ use crate::report::time::clock;
 use crate::session::poll::Poller;
 use crate::session::state::State;
 use crate::session::timing::TICK;
-use crate::session::trigger::{Config, Trigger};
+use crate::session::trigger::{Trigger, TriggerConfig};
 
 const CPUS: usize = 256;
 const REASONS: usize = 128;
@@ -109,12 +109,12 @@ fn micros(d: Duration) -> f64 {
 
 /// Pending call sites, each with its return address, its reason's slot
 /// and its per-CPU counts.
-type Sites = Vec<(u64, u32, Vec<u64>)>;
+type PendingSites = Vec<(u64, u32, Vec<u64>)>;
 
 /// REASONS named reasons and `sites_per_reason` call sites of each,
 /// pending with their first calls on every CPU: the table keeps them after
 /// resolution, so every poll reads every site.
-fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, Sites) {
+fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, PendingSites) {
     let mut reasons = Reasons::new(REASONS);
     let slots: Vec<u32> = (0..REASONS)
         .map(|i| reasons.slot(&format!("REASON_{i}")))
@@ -134,7 +134,7 @@ fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, Sites) {
 /// A run's state with the trigger on, from zero.
 fn auto_state() -> State {
     let trigger = Trigger::new(
-        Config {
+        TriggerConfig {
             threshold: 80.0,
             min_events: 10,
             min_rate: 20.0,
@@ -152,7 +152,7 @@ fn auto_state() -> State {
 
 /// The totals a poll must give: the counts with every site's pending calls
 /// under its reason.
-fn expected_totals(counts: &[u64], stride: usize, sites: &Sites) -> Vec<u64> {
+fn expected_totals(counts: &[u64], stride: usize, sites: &PendingSites) -> Vec<u64> {
     let mut want = vec![0u64; NR_SLOTS];
     for cpu in counts.chunks_exact(stride) {
         for (w, c) in want.iter_mut().zip(cpu) {

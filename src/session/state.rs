@@ -287,7 +287,7 @@ impl State {
 mod tests {
     use super::*;
     use crate::bpf::abi::NR_SLOTS;
-    use crate::session::trigger::{Config, Switch};
+    use crate::session::trigger::{Switch, TriggerConfig};
 
     fn reasons() -> Reasons {
         let mut r = Reasons::new(8);
@@ -329,7 +329,7 @@ mod tests {
 
     fn trigger(auto: bool) -> Trigger {
         Trigger::new(
-            Config {
+            TriggerConfig {
                 threshold: 80.0,
                 min_events: 10,
                 min_rate: 20.0,
@@ -499,7 +499,7 @@ mod tests {
         let r = reasons();
         let mut s = State::new(
             Trigger::new(
-                Config {
+                TriggerConfig {
                     threshold: 80.0,
                     min_events: 1,
                     min_rate: 0.0,

@@ -54,7 +54,7 @@ pub(crate) struct Decision {
 
 /// The flags behind the decision.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Config {
+pub(crate) struct TriggerConfig {
     /// Percent of the window's calls.
     pub(crate) threshold: f64,
     /// Calls of the reason in the window.
@@ -91,7 +91,7 @@ fn confident(k: u64, n: u64, threshold: f64) -> bool {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Trigger {
-    cfg: Config,
+    cfg: TriggerConfig,
     target: Option<u32>,
     /// (seconds since start, cumulative per-slot totals), oldest first:
     /// the last WINDOW seconds and the newest snapshot before them.
@@ -103,9 +103,9 @@ pub(crate) struct Trigger {
 impl Trigger {
     /// `pinned` is a reason chosen with --stack-on: captured from the start
     /// and never moved away from.
-    pub(crate) fn new(cfg: Config, pinned: Option<u32>) -> Self {
+    pub(crate) fn new(cfg: TriggerConfig, pinned: Option<u32>) -> Self {
         Trigger {
-            cfg: Config {
+            cfg: TriggerConfig {
                 auto: cfg.auto && pinned.is_none(),
                 ..cfg
             },
@@ -228,8 +228,8 @@ mod tests {
     use super::*;
     use crate::bpf::abi::SLOT_NOT_FOUND;
 
-    fn cfg() -> Config {
-        Config {
+    fn cfg() -> TriggerConfig {
+        TriggerConfig {
             threshold: 80.0,
             min_events: 10,
             min_rate: 20.0,
@@ -348,7 +348,7 @@ mod tests {
             Some(Switch::Move { from: 2, to: 3 })
         );
         // With a low threshold both qualify; the leader needs ten points.
-        let low = Config {
+        let low = TriggerConfig {
             threshold: 30.0,
             ..cfg()
         };
@@ -436,7 +436,7 @@ mod tests {
     #[test]
     fn no_auto_pinned_and_special_slots() {
         let mut t = Trigger::new(
-            Config {
+            TriggerConfig {
                 auto: false,
                 ..cfg()
             },
@@ -456,7 +456,7 @@ mod tests {
     #[test]
     fn min_events_counts_calls_in_the_window() {
         let mut t = Trigger::new(
-            Config {
+            TriggerConfig {
                 min_events: 100,
                 ..cfg()
             },

@@ -21,7 +21,7 @@ use super::poll::Poller;
 use super::stacks::Stacks;
 use super::timing::{per_cpu_budget, REFILL, TICK};
 use super::trigger::announcement;
-use super::trigger::{Config, Trigger};
+use super::trigger::{Trigger, TriggerConfig};
 
 /// A stack captured by a watch.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ impl Watch {
         instance: u64,
         lock: Lock,
         mut mapper: Mapper,
-        cfg: Config,
+        cfg: TriggerConfig,
         max_rate: u64,
         ksyms: &Kallsyms,
     ) -> Result<Watch> {
@@ -67,7 +67,7 @@ impl Watch {
         inst.probe.maps().own(0);
         let mut poller = Poller::default();
         let base = poller.totals(inst.probe.maps(), ksyms, &mut mapper, None)?;
-        let mut trigger = Trigger::new(Config { auto: true, ..cfg }, None);
+        let mut trigger = Trigger::new(TriggerConfig { auto: true, ..cfg }, None);
         trigger.start_from(&base);
         let capture = Some(Capture::new(inst.probe.maps().samples()?)?);
         let meta = &inst.meta;

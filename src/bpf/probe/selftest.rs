@@ -8,13 +8,13 @@ use libbpf_rs::skel::OpenSkel;
 use libbpf_rs::OpenObject;
 
 use super::{counting, open_for, set_filter, Counting, Mode, Owner, Probe, Programs};
-use crate::bpf::abi::{Config, SELFTEST_ARGS};
+use crate::bpf::abi::{LoadConfig, SELFTEST_ARGS};
 use crate::host::Features;
 
 /// Loads the object with only the self-test program (needs root).
 pub(crate) fn load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
 ) -> Probe<'obj> {
     load_on(storage, config, &Features::probe())
 }
@@ -22,7 +22,7 @@ pub(crate) fn load<'obj>(
 /// `load`, as for a kernel with `host`'s features.
 pub(crate) fn load_on<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
-    config: &Config,
+    config: &LoadConfig,
     host: &Features,
 ) -> Probe<'obj> {
     let open = open_for(storage, config, "selftest", Programs::SelfTest, host).expect("open");

@@ -5,7 +5,7 @@ use super::*;
 
 /// The stack ring buffer's size as the kernel made it, for a run with
 /// `config`.
-fn ring_bytes(config: &Config) -> u32 {
+fn ring_bytes(config: &LoadConfig) -> u32 {
     let mut storage = MaybeUninit::uninit();
     let p = selftest::load(&mut storage, config);
     let ring = p.maps().samples().expect("the sample ring buffer");
@@ -19,9 +19,9 @@ fn the_stack_ring_is_one_page_where_nothing_can_be_captured() {
     if !crate::testing::bpf_or_skip() {
         return;
     }
-    let off = Config {
+    let off = LoadConfig {
         func_addr: FUNC,
-        ..Config::default()
+        ..LoadConfig::default()
     };
     assert_eq!(ring_bytes(&off) as usize, page_size());
     assert_eq!(ring_bytes(&capture_config()), 4 << 20);

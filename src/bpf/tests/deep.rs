@@ -17,7 +17,7 @@ fn deep_rules_fall_back_to_the_callers_reason_when_no_frame_matches() {
 // default reason must be used, never a pending or lost count.
 fn deep_rules_fall_back(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
         deep: Some(
             Deep {
@@ -37,7 +37,7 @@ fn deep_rules_fall_back(loop_helper: bool) {
             }
             .tables(),
         ),
-        ..Config::default()
+        ..LoadConfig::default()
     };
     let p = load_walking_rules(&mut storage, &config, loop_helper);
     p.test_count(0xffffffff81000010, 6);
@@ -131,10 +131,10 @@ fn deep_rules_match_frames_within_their_depth_first_rule_first() {
 
 fn deep_rules_match(loop_helper: bool) {
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
         deep: Some(deep_tables().tables()),
-        ..Config::default()
+        ..LoadConfig::default()
     };
     let p = load_walking_rules(&mut storage, &config, loop_helper);
     let want = run_deep_cases(&p);
@@ -177,10 +177,10 @@ fn load_before_the_rules(
     loop_helper: bool,
 ) -> (Probe<'_>, Deep) {
     let deep = deep_tables();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
         deep_depth: deep.depth(),
-        ..Config::default()
+        ..LoadConfig::default()
     };
     (load_walking_rules(storage, &config, loop_helper), deep)
 }

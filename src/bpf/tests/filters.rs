@@ -7,10 +7,10 @@ use super::*;
 /// 5, runs `f` and returns the calls counted.
 fn filtered(filter: Filter, f: impl FnOnce(&Probe<'_>, u64)) -> u64 {
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
         filter: filter.for_bpf(),
-        ..Config::default()
+        ..LoadConfig::default()
     };
     let p = selftest::load(&mut storage, &config);
     let site = 0xffffffff81000123;
@@ -132,10 +132,10 @@ fn the_cgroup_filter_counts_only_tasks_under_it() {
 /// (xlated), loaded with `filter`.
 fn xlated_len(filter: Filter) -> u32 {
     let mut storage = MaybeUninit::uninit();
-    let config = Config {
+    let config = LoadConfig {
         func_addr: FUNC,
         filter: filter.for_bpf(),
-        ..Config::default()
+        ..LoadConfig::default()
     };
     let p = selftest::load(&mut storage, &config);
     let mut info = libbpf_sys::bpf_prog_info::default();

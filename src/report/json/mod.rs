@@ -38,17 +38,17 @@ impl Serialize for Num {
 }
 
 #[derive(Serialize)]
-struct Row<'a> {
+struct RowJson<'a> {
     reason: &'a str,
     count: u64,
     rate: Num,
     share: Num,
 }
 
-fn rows(d: &Distribution) -> Vec<Row<'_>> {
+fn rows(d: &Distribution) -> Vec<RowJson<'_>> {
     d.rows
         .iter()
-        .map(|r| Row {
+        .map(|r| RowJson {
             reason: &r.reason,
             count: r.count,
             rate: Num(r.rate),
@@ -287,7 +287,7 @@ fn top_fields<'a>(top: Option<&'a ReasonRow>, hot: Option<&'a ReasonRow>) -> Top
 }
 
 #[derive(Serialize)]
-struct Interval<'a> {
+struct IntervalJson<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     schema: u32,
@@ -295,7 +295,7 @@ struct Interval<'a> {
     secs: Num,
     total: u64,
     rate: Num,
-    reasons: Vec<Row<'a>>,
+    reasons: Vec<RowJson<'a>>,
     stack_reason: Option<&'a str>,
     stacks_captured: u64,
     stacks: Vec<StackJson<'a>>,
@@ -306,7 +306,7 @@ struct Interval<'a> {
 /// One interval as a JSON line (no newline).
 pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
     let st = iv.stacks.as_ref();
-    to_line(&Interval {
+    to_line(&IntervalJson {
         kind: "interval",
         schema: SCHEMA,
         time: Num(iv.unix_time),
@@ -331,7 +331,7 @@ struct StackSet<'a> {
 }
 
 #[derive(Serialize)]
-struct Capture<'a> {
+struct CaptureJson<'a> {
     reason: &'a str,
     start: Num,
     end: Num,
@@ -341,9 +341,9 @@ struct Capture<'a> {
     first_stack_ns: Option<u64>,
 }
 
-impl<'a> Capture<'a> {
+impl<'a> CaptureJson<'a> {
     fn of(c: &'a CaptureSpan) -> Self {
-        Capture {
+        CaptureJson {
             reason: &c.reason,
             start: Num(c.start),
             end: Num(c.end),
@@ -372,7 +372,7 @@ struct SummaryJson<'a> {
     secs: Num,
     total: u64,
     rate: Num,
-    reasons: Vec<Row<'a>>,
+    reasons: Vec<RowJson<'a>>,
     top_reason: Option<&'a str>,
     top_share: Option<Num>,
     hot_reason: Option<&'a str>,
@@ -385,7 +385,7 @@ struct SummaryJson<'a> {
     stacks_captured: u64,
     stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
-    captures: Vec<Capture<'a>>,
+    captures: Vec<CaptureJson<'a>>,
     verify: Option<Verify>,
     uncached: u64,
     bpf: Cost,
@@ -438,7 +438,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
                 processes: processes(&st.processes, top),
             })
             .collect(),
-        captures: sum.captures.iter().map(Capture::of).collect(),
+        captures: sum.captures.iter().map(CaptureJson::of).collect(),
         verify: sum.verify,
         uncached: sum.uncached,
         bpf: sum.cost,
@@ -473,7 +473,7 @@ struct PinnedJson<'a> {
     secs: Num,
     total: u64,
     rate: Num,
-    reasons: Vec<Row<'a>>,
+    reasons: Vec<RowJson<'a>>,
     hot_reason: Option<&'a str>,
     top_reason: Option<&'a str>,
     top_share: Option<Num>,
