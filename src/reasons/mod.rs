@@ -25,6 +25,10 @@ pub(crate) const SITES_FULL_NAME: &str = "[site table full]";
 pub(crate) const OTHER_NAME: &str = "OTHER";
 /// How a reason named after a tail call is marked.
 pub(crate) const TAIL_MARK: &str = "(tail call)";
+/// After the caller's name, for a site whose call instruction is indirect:
+/// the call may have reached FUNC through the pointer or through a function
+/// that jumped to it, and no instruction left tells which.
+pub(crate) const INDIRECT_MARK: &str = "\u{2192} indirect";
 /// Reason for return addresses outside every kallsyms symbol.
 pub(crate) const UNKNOWN_NAME: &str = "[unknown]";
 
@@ -405,7 +409,8 @@ impl Mapper {
         // A tail call is named after the function that jumped to FUNC (a
         // profile may route it by that name), or, through an indirect
         // call, marked: never after the caller's caller alone.
-        match self.tail.as_mut().map(|t| t.judge_site(ksyms, ret)) {
+        let judged = self.tail.as_mut().map(|t| t.judge_site(ksyms, ret));
+        match judged {
             Some(Caller::Tail(g)) => {
                 // A profile's rules were written against return addresses:
                 // a route for the caller still holds where none names G.
@@ -422,10 +427,11 @@ impl Mapper {
                 let caller = caller_name(ksyms, ret);
                 return self
                     .reasons
-                    .slot(&format!("{caller} \u{2192} indirect {TAIL_MARK}"));
+                    .slot(&format!("{caller} {INDIRECT_MARK} {TAIL_MARK}"));
             }
             _ => {}
         }
+        let indirect = judged == Some(Caller::Indirect);
         if let Some(src) = src.filter(|_| self.needs_source()) {
             // -1: the call instruction, not what follows it.
             if let Some(slot) = src.source(ret - 1).and_then(|l| self.source_slot(&l)) {
@@ -435,6 +441,7 @@ impl Mapper {
         let caller = caller_name(ksyms, ret);
         match self.by_caller.get(caller) {
             Some(&slot) => slot,
+            None if indirect => self.reasons.slot(&format!("{caller} {INDIRECT_MARK}")),
             None => self.reasons.slot(caller),
         }
     }

@@ -145,3 +145,65 @@ fn caller_names_fold_clones() {
     assert_eq!(caller_name(&k, 0xffffffff81000010), "collapse_huge_page");
     assert_eq!(caller_name(&k, 0x1000), UNKNOWN_NAME);
 }
+
+/// Kernel text: the bytes of each call instruction that ends at an address.
+struct Calls(Vec<(u64, [u8; crate::tailcall::BEFORE])>);
+
+impl crate::tailcall::Text for Calls {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let n = crate::tailcall::BEFORE as u64;
+        match self.0.iter().find(|(ret, _)| ret - n == addr) {
+            Some((_, b)) if buf.len() == b.len() => {
+                buf.copy_from_slice(b);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `call rel32` ending at `ret`, to `to`.
+fn call_to(ret: u64, to: u64) -> (u64, [u8; crate::tailcall::BEFORE]) {
+    let rel = (to.wrapping_sub(ret) as i64 as i32).to_le_bytes();
+    (
+        ret,
+        [0x90, 0x90, 0x90, 0xe8, rel[0], rel[1], rel[2], rel[3]],
+    )
+}
+
+#[test]
+fn call_sites_are_named_by_the_instruction_before_them() {
+    let k = Kallsyms::parse(
+        "ffffffff81000000 T func\nffffffff81001000 T plain\nffffffff81002000 T jumper\nffffffff81003000 T through_pointer\nffffffff81004000 T routed\nffffffff81005000 T __x86_indirect_thunk_rax\nffffffff81006000 T end\n",
+    );
+    let func = 0xffff_ffff_8100_0000;
+    let thunk = 0xffff_ffff_8100_5000;
+    let (plain, jumped, pointer, routed) = (
+        0xffff_ffff_8100_1010,
+        0xffff_ffff_8100_1020,
+        0xffff_ffff_8100_3010,
+        0xffff_ffff_8100_4010,
+    );
+    let text = Calls(vec![
+        call_to(plain, func),
+        call_to(jumped, 0xffff_ffff_8100_2000),
+        call_to(pointer, thunk),
+        call_to(routed, thunk),
+    ]);
+    let mut m = Mapper::auto(64);
+    m.tail = Some(TailCalls::with(Box::new(text), func, false));
+    let read = m.route("routed", "READ");
+    let name = |m: &mut Mapper, ret| {
+        let s = m.classify(&k, ret, None);
+        m.reasons.name(s).to_string()
+    };
+    assert_eq!(name(&mut m, plain), "plain");
+    assert_eq!(name(&mut m, jumped), "jumper (tail call)");
+    // Through a pointer (a retpoline thunk): FUNC itself, or a function
+    // that jumped to it; the name says which is not known.
+    assert_eq!(name(&mut m, pointer), "through_pointer \u{2192} indirect");
+    // A profile's route for the caller still holds.
+    assert_eq!(m.classify(&k, routed, None), read);
+    let sites = &m.tail.as_ref().unwrap().sites;
+    assert_eq!((sites.tail_call_sites, sites.indirect_sites), (1, 2));
+}

@@ -122,7 +122,8 @@ aarch64)
 	TD_ENTRY=el0t_64_sync TD_NOBTF=el0_svc_common.constprop.0 TD_NOBTF_CALLER=do_el0_svc
 	;;
 *)
-	TD_ENTRY=entry_SYSCALL_64 TD_NOBTF=__x64_sys_getpid TD_NOBTF_CALLER=do_syscall_64
+	TD_ENTRY=entry_SYSCALL_64 TD_NOBTF=__x64_sys_getpid TD_NOBTF_CALLER="do_syscall_64 → indirect"
+	# Before it, do_syscall_64 calls the wrapper through sys_call_table: an indirect call.
 	# Where the dispatcher is x64_sys_call (6.9, and stable backports), do_syscall_64
 	# calls it and its switch jumps to the wrapper: topdown names the jumping function.
 	if ktext x64_sys_call; then
