@@ -8,15 +8,20 @@ need_cmd topdown ucallers ucallers-pie
 [ -d /sys/bus/event_source/devices/uprobe ] || skip "no uprobe PMU (CONFIG_UPROBE_EVENTS)"
 
 # start_workload NAME N1 N2 N3: ucallers (or $UCALLERS) waiting on fifo NAME; sets W_PID.
+# Each process lives 500 ms after its calls: its call sites are symbolized through its
+# maps, so topdown must resolve them within a tick of the first call, not at the next
+# print (1 s), also with --no-auto.
 UCALLERS=ucallers
 start_workload() {
 	mkfifo "$TD_TMP/$1"
-	$UCALLERS "$2" "$3" "$4" 1000 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
+	$UCALLERS "$2" "$3" "$4" 500 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
 	W_PID=$!
 }
 
-# go NAME: lets the workload of fifo NAME run.
+# go NAME: lets the workload of fifo NAME run, once topdown is past start-up (its first
+# interval line): calls during start-up wait for its loop, however long that takes.
 go() {
+	wait_line "$TD_OUT" '"type":"interval"'
 	echo go >"$TD_TMP/$1"
 }
 
@@ -25,7 +30,7 @@ go() {
 start_workload a 100 200 300
 A=$W_PID
 start_workload b 7 8 9
-td_start -x /bin/ucallers td_work -q --no-auto
+td_start -x /bin/ucallers td_work --no-auto
 go a
 go b
 wait $A
@@ -41,7 +46,7 @@ rm -f "$TD_TMP/a" "$TD_TMP/b"
 start_workload a 100 200 300
 A=$W_PID
 start_workload b 7 8 9
-td_start -x /bin/ucallers td_work -q -p "$A" --stack-on caller_two --max-rate 100000 \
+td_start -x /bin/ucallers td_work -p "$A" --stack-on caller_two --max-rate 100000 \
 	--folded "$TD_TMP/f"
 go a
 go b
@@ -64,7 +69,7 @@ rm -f "$TD_TMP/a" "$TD_TMP/b"
 start_workload a 100 200 300
 A=$W_PID
 start_workload b 1 2 3
-td_start -x /bin/libucallers.so td_lib_work -q --no-auto
+td_start -x /bin/libucallers.so td_lib_work --no-auto
 go a
 go b
 wait $A
@@ -80,7 +85,7 @@ rm -f "$TD_TMP/a" "$TD_TMP/b"
 start_workload a 100 200 300
 A=$W_PID
 start_workload b 7 8 9
-td_start -x /bin/ucallers-pie td_work -q --no-auto -p "$A"
+td_start -x /bin/ucallers-pie td_work --no-auto -p "$A"
 go a
 go b
 wait $A
