@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+use crate::bpf::probe::Mode;
 use crate::cli::Cli;
 use crate::filter::cpu_list;
 use crate::funcname::FuncName;
@@ -335,9 +336,10 @@ fn pinned_strategy() -> impl Strategy<Value = Pinned> {
             share,
             special,
         });
+    let mode = prop_oneof![Just(Mode::Fentry), Just(Mode::Kprobe), Just(Mode::Uprobe)];
     (
         "[A-Za-z0-9_.]{1,20}",
-        name.clone(),
+        mode,
         proptest::option::of(name.clone()),
         name.clone(),
         any::<f64>(),

@@ -40,8 +40,8 @@ pub(crate) struct Meta {
     pub(crate) version: String,
     pub(crate) function: String,
     pub(crate) func_addr: u64,
-    /// "fentry" or "kprobe", and why not fentry if not.
-    pub(crate) mode: String,
+    /// Fentry or kprobe, and why not fentry if not.
+    pub(crate) mode: Mode,
     pub(crate) fallback: Option<String>,
     /// Where the profile came from (None: one reason per caller).
     pub(crate) profile: Option<String>,
@@ -87,11 +87,7 @@ pub(crate) struct Synced {
 
 impl Meta {
     pub(crate) fn mode(&self) -> Mode {
-        if self.mode == Mode::Kprobe.name() {
-            Mode::Kprobe
-        } else {
-            Mode::Fentry
-        }
+        self.mode
     }
 }
 
@@ -522,7 +518,7 @@ mod tests {
             version: "0.1.0".into(),
             function: "deferred_split_folio".into(),
             func_addr: 0xffffffff81000000,
-            mode: "kprobe".into(),
+            mode: Mode::Kprobe,
             fallback: Some("no BTF".into()),
             profile: Some("built-in profile deferred_split_folio".into()),
             routes: vec![("do_huge_pmd_anonymous_page".into(), "FAULT_ALLOC".into())],
@@ -554,6 +550,10 @@ mod tests {
         );
         assert!(parse_meta("").unwrap_err().starts_with("its meta: "));
         assert_eq!(back.mode(), Mode::Kprobe);
+        // The mode is written as its name, as when it was a string.
+        assert!(text.contains(r#""mode":"kprobe","#), "{text}");
+        let fentry = text.replace(r#""mode":"kprobe""#, r#""mode":"fentry""#);
+        assert_eq!(parse_meta(&fentry).unwrap().mode(), Mode::Fentry);
         assert!(text.len() < 1000);
         // A meta written before sync existed reads as pinned by hand.
         let old = text.replace(

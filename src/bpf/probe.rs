@@ -7,6 +7,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
+use serde::{Deserialize, Serialize};
 
 use crate::bpf::abi::{self, LoadConfig, SLOT_NONE};
 use crate::bpf::ctl;
@@ -20,8 +21,10 @@ mod links;
 pub(crate) mod selftest;
 mod stats;
 
-/// How the traced function is hooked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the traced function is hooked. Written as its name in reports,
+/// saved runs and pin metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum Mode {
     Fentry,
     Kprobe,
@@ -36,6 +39,12 @@ impl Mode {
             Mode::Kprobe => "kprobe",
             Mode::Uprobe => "uprobe",
         }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

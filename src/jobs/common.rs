@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::bpf::probe::Mode;
 use crate::error::{Error, Result};
 use crate::plan::Target;
 use crate::report::compare;
@@ -94,7 +95,7 @@ pub(super) fn tail_calls(func: u64) -> Option<TailCalls> {
 }
 
 /// The function and how it is traced, as the start-up lines name it.
-pub(super) fn mode_line(func: &str, mode: &str, fallback: Option<&str>) -> String {
+pub(super) fn mode_line(func: &str, mode: Mode, fallback: Option<&str>) -> String {
     match fallback {
         Some(why) => format!("{func} with a kprobe: fentry unavailable: {why}"),
         None => format!("{func} with {mode}"),

@@ -37,7 +37,7 @@ pub fn pin(p: Pin) -> Result<()> {
     let (meta, dir) = pin_target(&p, None)?;
     eprintln!(
         "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
-        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        mode_line(func, meta.mode, meta.fallback.as_deref()),
         dir.display()
     );
     Ok(())
@@ -66,7 +66,7 @@ fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
         version: env!("CARGO_PKG_VERSION").to_string(),
         function: func.to_string(),
         func_addr: k.func_addr,
-        mode: started.probe.mode().name().to_string(),
+        mode: started.probe.mode(),
         fallback: started.fallback.clone(),
         profile: p.target.profile.as_ref().map(|p| p.origin.clone()),
         routes: k.mapper.routes(),
@@ -194,7 +194,7 @@ fn sync_one(d: &Declared) -> Result<Option<String>> {
     Ok(Some(format!(
         "{} {} as {} declares",
         if repin { "re-pinned" } else { "pinned" },
-        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        mode_line(func, meta.mode, meta.fallback.as_deref()),
         d.file
     )))
 }

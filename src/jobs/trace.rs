@@ -52,7 +52,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         |probe, fallback| {
             // It counts from here on: what follows only names what it
             // counts.
-            let mode = probe.mode().name();
+            let mode = probe.mode();
             eprintln!(
                 "topdown: tracing {}",
                 mode_line(&t.target.func, mode, fallback)
@@ -171,7 +171,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
     warn_baseline(t.session.baseline.as_ref(), &info);
     eprintln!(
         "topdown: reading pinned {} (since {})",
-        mode_line(func, &meta.mode, meta.fallback.as_deref()),
+        mode_line(func, meta.mode, meta.fallback.as_deref()),
         report::time::clock_at(meta.pinned_at)
     );
     if let Some(f) = &meta.filter {

@@ -23,6 +23,7 @@ pub(crate) mod time;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bpf::probe::Mode;
 use crate::system::SystemState;
 
 pub(crate) use hot::{is_hot, top_label, DEFAULT_THRESHOLD};
@@ -277,7 +278,7 @@ pub(crate) struct CaptureSpan {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Summary {
     pub(crate) func: String,
-    pub(crate) mode: &'static str,
+    pub(crate) mode: Mode,
     pub(crate) phase: Phase,
     /// The kernel release, and where the profile came from (None: one
     /// reason per caller).
@@ -335,7 +336,7 @@ impl Summary {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Pinned {
     pub(crate) func: String,
-    pub(crate) mode: String,
+    pub(crate) mode: Mode,
     /// Where its profile came from (None: one reason per caller).
     pub(crate) profile: Option<String>,
     pub(crate) kernel: String,
@@ -567,7 +568,7 @@ pub(crate) struct Saved {
     pub(crate) profile: Option<String>,
     /// Every reason named in the run, with calls or not, special slots aside.
     pub(crate) reason_names: Vec<String>,
-    pub(crate) mode: String,
+    pub(crate) mode: Mode,
     pub(crate) phase: String,
     /// Unix seconds when counting started, and for how long it went on.
     pub(crate) start: f64,

@@ -91,7 +91,7 @@ impl Scrape {
         for p in &self.0 {
             let labels = [
                 ("function", p.func.as_str()),
-                ("mode", p.mode.as_str()),
+                ("mode", p.mode.name()),
                 ("profile", p.profile.as_deref().unwrap_or("none")),
                 ("kernel", p.kernel.as_str()),
                 ("version", p.version.as_str()),
@@ -175,6 +175,7 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::probe::Mode;
     use crate::report::{Distribution, Drops, ReasonRow};
 
     fn pinned() -> Pinned {
@@ -187,7 +188,7 @@ mod tests {
         };
         Pinned {
             func: "deferred_split_folio".into(),
-            mode: "fentry".into(),
+            mode: Mode::Fentry,
             profile: Some("built-in profile deferred_split_folio".into()),
             kernel: "6.12.0".into(),
             version: "0.1.0".into(),

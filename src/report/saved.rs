@@ -62,7 +62,7 @@ impl Saved {
             kernel: sum.kernel.clone(),
             profile: sum.profile.clone(),
             reason_names: sum.named.clone(),
-            mode: sum.mode.into(),
+            mode: sum.mode,
             phase: sum.phase.name().into(),
             start: round(sum.start),
             secs: round(sum.calls.secs),
@@ -111,7 +111,7 @@ impl Saved {
                 .filter(|r| !r.special)
                 .map(|r| r.reason.clone())
                 .collect(),
-            mode: p.mode.clone(),
+            mode: p.mode,
             phase: "counting".into(),
             start: round(p.pinned_at),
             secs: round(p.calls.secs),
@@ -337,6 +337,7 @@ pub(crate) fn save(path: &Path, saved: &Saved) -> Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bpf::probe::Mode;
     use crate::report::Drops;
     use crate::system::SystemState;
 
@@ -359,7 +360,7 @@ pub(crate) mod tests {
             kernel: "6.12.0".into(),
             profile: Some("built-in profile deferred_split_folio".into()),
             reason_names: vec!["FAULT_ALLOC".into(), "ZAP".into(), "KHUGEPAGED".into()],
-            mode: "fentry".into(),
+            mode: Mode::Fentry,
             phase: "stack capture".into(),
             start: 1_700_000_000.0,
             secs: 10.0,

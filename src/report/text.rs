@@ -306,6 +306,7 @@ fn cost(c: &Cost) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::probe::Mode;
     use crate::report::fixtures::{compared_summary, row, sample_calls, sample_summary, stacks_of};
     use crate::report::Stack;
 
@@ -436,7 +437,7 @@ mod tests {
     fn a_pinned_instance_shows_its_age_and_totals() {
         let p = Pinned {
             func: "f".into(),
-            mode: "fentry".into(),
+            mode: Mode::Fentry,
             profile: None,
             kernel: "k".into(),
             version: "v".into(),

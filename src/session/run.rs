@@ -348,7 +348,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let mut summary = self.state.finish(
             &End {
                 func: self.probe.func(),
-                mode: self.probe.mode().name(),
+                mode: self.probe.mode(),
                 totals: &totals,
                 start: self.start_unix,
                 secs: self.start.elapsed().as_secs_f64(),

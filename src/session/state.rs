@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::bpf::abi::{StackStat, Stat, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::percpu::Stats;
+use crate::bpf::probe::Mode;
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::RunInfo;
@@ -22,7 +23,7 @@ use crate::session::trigger::{Decision, Trigger};
 #[derive(Debug, Clone)]
 pub(crate) struct End<'a> {
     pub(crate) func: &'a str,
-    pub(crate) mode: &'static str,
+    pub(crate) mode: Mode,
     /// Cumulative per-slot totals.
     pub(crate) totals: &'a [u64],
     /// When counting started (Unix seconds), and for how long it went on.
@@ -348,7 +349,7 @@ mod tests {
         };
         End {
             func: "deferred_split_folio",
-            mode: "fentry",
+            mode: Mode::Fentry,
             totals: t,
             start: 0.0,
             secs: 3.0,

@@ -4,6 +4,7 @@
 
 use serde::{Serialize, Serializer};
 
+use crate::bpf::probe::Mode;
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 
 use crate::report::{
@@ -133,7 +134,7 @@ struct BaselineJson<'a> {
     func: &'a str,
     kernel: &'a str,
     profile: Option<&'a str>,
-    mode: &'a str,
+    mode: Mode,
     source: &'a str,
     start: Num,
     secs: Num,
@@ -236,7 +237,7 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             func: &b.func,
             kernel: &b.kernel,
             profile: b.profile.as_deref(),
-            mode: &b.mode,
+            mode: b.mode,
             source: &b.source,
             start: Num(b.start),
             secs: Num(b.secs),
@@ -367,7 +368,7 @@ struct SummaryJson<'a> {
     kind: &'static str,
     schema: u32,
     func: &'a str,
-    mode: &'a str,
+    mode: Mode,
     phase: &'a str,
     secs: Num,
     total: u64,
@@ -465,7 +466,7 @@ struct PinnedJson<'a> {
     kind: &'static str,
     schema: u32,
     func: &'a str,
-    mode: &'a str,
+    mode: Mode,
     profile: Option<&'a str>,
     kernel: &'a str,
     version: &'a str,
@@ -496,7 +497,7 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         kind: "pinned",
         schema: SCHEMA,
         func: &p.func,
-        mode: &p.mode,
+        mode: p.mode,
         profile: p.profile.as_deref(),
         kernel: &p.kernel,
         version: &p.version,
