@@ -88,8 +88,11 @@ pub(crate) fn errno_of(e: &libbpf_rs::Error) -> Option<i32> {
         }
         cur = err.source();
     }
-    // The io::Error at the bottom is not exposed as a source; its Display
-    // ends in "(os error N)".
+    // libbpf-rs (0.27) keeps the io::Error in a private type that its
+    // source() steps over, and its ErrorKind cannot tell apart the errnos
+    // attach needs (EPERM and EACCES are one kind; ESRCH, EBUSY and
+    // ENOTSUPP are all Other): the errno is left only in the Display
+    // text, which ends in "(os error N)".
     let text = format!("{e:#}");
     let tail = &text[text.rfind("(os error ")? + "(os error ".len()..];
     tail[..tail.find(')')?].parse().ok()
