@@ -189,7 +189,7 @@ pub(crate) use types::td_stat as Stat;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
+    use crate::bpf::deep::Deep;
 
     #[test]
     fn constants_come_from_the_header() {
@@ -226,24 +226,7 @@ mod tests {
     #[test]
     fn config_is_clamped_into_the_tables() {
         let mut dst = types::td_config::default();
-        let deep = Deep {
-            callers: vec![
-                DeepCaller {
-                    lo: 1,
-                    hi: 2,
-                    rule_first: 0,
-                    rule_count: 1,
-                    reason: 3
-                };
-                MAX_DEEP_CALLERS + 1
-            ],
-            rules: vec![DeepRule {
-                lo: 4,
-                hi: 5,
-                reason: 6,
-                depth: 99,
-            }],
-        };
+        let deep = Deep::oversized();
         LoadConfig {
             stack_frames: 1000,
             sample_every: 0,

@@ -119,6 +119,57 @@ impl Deep {
     }
 }
 
+/// Test set-ups of the deeper-frame rules.
+#[cfg(test)]
+impl Deep {
+    /// One caller at [lo, hi) of slot `reason`, with one rule: a frame in
+    /// `rule` within `depth` frames above it means slot `rule_reason`.
+    pub(crate) fn one_rule(
+        (lo, hi): (u64, u64),
+        reason: u32,
+        rule: (u64, u64),
+        rule_reason: u32,
+        depth: u32,
+    ) -> Deep {
+        Deep {
+            callers: vec![DeepCaller {
+                lo,
+                hi,
+                rule_first: 0,
+                rule_count: 1,
+                reason,
+            }],
+            rules: vec![DeepRule {
+                lo: rule.0,
+                hi: rule.1,
+                reason: rule_reason,
+                depth,
+            }],
+        }
+    }
+
+    /// One caller more than td_deep holds, and a rule deeper than it walks.
+    pub(crate) fn oversized() -> Deep {
+        let caller = DeepCaller {
+            lo: 1,
+            hi: 2,
+            rule_first: 0,
+            rule_count: 1,
+            reason: 3,
+        };
+        let rule = DeepRule {
+            lo: 4,
+            hi: 5,
+            reason: 6,
+            depth: 99,
+        };
+        Deep {
+            callers: vec![caller; MAX_DEEP_CALLERS + 1],
+            rules: vec![rule],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,21 +177,13 @@ mod tests {
 
     #[test]
     fn failed_unwinds_before_the_rules_count_for_deeper_frame_callers_only() {
-        let deep = Deep {
-            callers: vec![DeepCaller {
-                lo: 0xffffffff81000000,
-                hi: 0xffffffff81001000,
-                rule_first: 0,
-                rule_count: 1,
-                reason: 9,
-            }],
-            rules: vec![DeepRule {
-                lo: 0,
-                hi: u64::MAX,
-                reason: 10,
-                depth: 1,
-            }],
-        };
+        let deep = Deep::one_rule(
+            (0xffffffff81000000, 0xffffffff81001000),
+            9,
+            (0, u64::MAX),
+            10,
+            1,
+        );
         let mut early = Pending::default();
         early.clear(1, EARLY_KEY_WORDS);
         for (ret, first, n) in [
@@ -167,24 +210,7 @@ mod tests {
 
     #[test]
     fn tables_are_clamped_to_what_td_deep_holds() {
-        let deep = Deep {
-            callers: vec![
-                DeepCaller {
-                    lo: 1,
-                    hi: 2,
-                    rule_first: 0,
-                    rule_count: 1,
-                    reason: 3
-                };
-                MAX_DEEP_CALLERS + 1
-            ],
-            rules: vec![DeepRule {
-                lo: 4,
-                hi: 5,
-                reason: 6,
-                depth: 99,
-            }],
-        };
+        let deep = Deep::oversized();
         let tables = deep.tables();
         assert_eq!(tables.nr_callers as usize, MAX_DEEP_CALLERS);
         assert_eq!(tables.rules[0].depth, MAX_RULE_DEPTH);

@@ -20,21 +20,13 @@ fn deep_rules_fall_back(loop_helper: bool) {
     let config = LoadConfig {
         func_addr: FUNC,
         deep: Some(
-            Deep {
-                callers: vec![DeepCaller {
-                    lo: 0xffffffff81000000,
-                    hi: 0xffffffff81001000,
-                    rule_first: 0,
-                    rule_count: 1,
-                    reason: 9,
-                }],
-                rules: vec![DeepRule {
-                    lo: 0xffffffff81002000,
-                    hi: 0xffffffff81003000,
-                    reason: 10,
-                    depth: 4,
-                }],
-            }
+            Deep::one_rule(
+                (0xffffffff81000000, 0xffffffff81001000),
+                9,
+                (0xffffffff81002000, 0xffffffff81003000),
+                10,
+                4,
+            )
             .tables(),
         ),
         ..LoadConfig::default()
