@@ -37,13 +37,16 @@ fn deep_rules_fall_back(loop_helper: bool) {
     assert_eq!(c[9], 6);
     assert_eq!(c[10], 0);
     assert!(p.maps().pending().unwrap().is_empty());
-    assert_eq!(
-        p.maps()
-            .stats()
-            .unwrap()
-            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
-        0
-    );
+    assert_eq!(unwind_failures(&p), 0);
+}
+
+/// The deeper-frame callers' calls whose unwind failed, as the BPF side
+/// counted them.
+fn unwind_failures(p: &Probe<'_>) -> u64 {
+    p.maps()
+        .stats()
+        .unwrap()
+        .get(Stat::TD_STAT_DEEP_UNWIND_FAILED)
 }
 
 const B: u64 = 0xffffffff80000000;
@@ -138,13 +141,7 @@ fn deep_rules_match(loop_helper: bool) {
     );
     assert_eq!(c.iter().sum::<u64>(), want.iter().sum::<u64>());
     assert!(p.maps().pending().unwrap().is_empty());
-    assert_eq!(
-        p.maps()
-            .stats()
-            .unwrap()
-            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED),
-        0
-    );
+    assert_eq!(unwind_failures(&p), 0);
 }
 
 /// The same stacks before the rules are filled in: counted in the early
@@ -233,12 +230,6 @@ fn unwind_failures_count_the_same_before_and_after_the_rules() {
     }
     let mut storage = MaybeUninit::uninit();
     let (p, deep) = load_before_the_rules(&mut storage, true);
-    let failed = |p: &Probe<'_>| {
-        p.maps()
-            .stats()
-            .unwrap()
-            .get(Stat::TD_STAT_DEEP_UNWIND_FAILED)
-    };
     p.test_count_stack(&[DEEP_CALLER, abi::NO_FRAMES], 3);
     // A plain site's failed unwind changes nothing: it is not counted as one.
     p.test_count_stack(&[B + 0x9010, abi::NO_FRAMES], 2);
@@ -255,10 +246,14 @@ fn unwind_failures_count_the_same_before_and_after_the_rules() {
     );
     assert_eq!(deep.slot(DEEP_CALLER, &keys[0].0[1..]), Some(9));
     assert_eq!(deep.unwind_failures(&early), 3);
-    assert_eq!(failed(&p), 0, "the BPF side counts none before the rules");
+    assert_eq!(
+        unwind_failures(&p),
+        0,
+        "the BPF side counts none before the rules"
+    );
 
     p.maps().set_deep(&deep);
     p.test_count_stack(&[DEEP_CALLER, abi::NO_FRAMES], 4);
     assert_eq!(p.maps().counts().unwrap()[9], 4);
-    assert_eq!(failed(&p), 4);
+    assert_eq!(unwind_failures(&p), 4);
 }

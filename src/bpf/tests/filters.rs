@@ -3,15 +3,20 @@
 
 use super::*;
 
+/// The self-test program's settings with `filter`.
+fn with_filter(filter: &Filter) -> LoadConfig {
+    LoadConfig {
+        func_addr: FUNC,
+        filter: filter.for_bpf(),
+        ..LoadConfig::default()
+    }
+}
+
 /// Loads the self-test program with `filter`, resolves one site to slot
 /// 5, runs `f` and returns the calls counted.
 fn filtered(filter: Filter, f: impl FnOnce(&Probe<'_>, u64)) -> u64 {
     let mut storage = MaybeUninit::uninit();
-    let config = LoadConfig {
-        func_addr: FUNC,
-        filter: filter.for_bpf(),
-        ..LoadConfig::default()
-    };
+    let config = with_filter(&filter);
     let p = selftest::load(&mut storage, &config);
     let site = 0xffffffff81000123;
     p.maps().add_site(site, 5).unwrap();
@@ -132,11 +137,7 @@ fn the_cgroup_filter_counts_only_tasks_under_it() {
 /// (xlated), loaded with `filter`.
 fn xlated_len(filter: Filter) -> u32 {
     let mut storage = MaybeUninit::uninit();
-    let config = LoadConfig {
-        func_addr: FUNC,
-        filter: filter.for_bpf(),
-        ..LoadConfig::default()
-    };
+    let config = with_filter(&filter);
     let p = selftest::load(&mut storage, &config);
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
