@@ -215,6 +215,26 @@ static __always_inline enum td_counted count_in(void *map, void *key)
 	return TD_COUNT_ADDED;
 }
 
+/*
+ * Counts a call from a site not resolved yet in `map` (pending, upending):
+ * TD_SLOT_NONE, or TD_SLOT_SITES_FULL where the table is full. A new site
+ * sets new_sites, so user space resolves it within a tick, whatever its
+ * print interval (a user site also while its process, whose maps
+ * symbolize it, is likely alive).
+ */
+static __always_inline __u32 count_pending(void *map, void *key)
+{
+	switch (count_in(map, key)) {
+	case TD_COUNT_INSERTED:
+		*(volatile __u32 *)&new_sites = 1;
+		return TD_SLOT_NONE;
+	case TD_COUNT_ADDED:
+		return TD_SLOT_NONE;
+	default:
+		return TD_SLOT_SITES_FULL;
+	}
+}
+
 
 /*
  * Whether return address `ret` returns into [lo, hi): ret - 1 is tested,

@@ -77,17 +77,10 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		return r;
 	}
 	/* First calls from a site: counted per address until resolved. */
-	switch (count_in(&pending, &ret)) {
-	case TD_COUNT_INSERTED:
-		*(volatile __u32 *)&new_sites = 1;
-		return TD_SLOT_NONE;
-	case TD_COUNT_ADDED:
-		return TD_SLOT_NONE;
-	default:
-		break;
-	}
-	c->n[TD_SLOT_SITES_FULL]++;
-	return TD_SLOT_SITES_FULL;
+	r = count_pending(&pending, &ret);
+	if (r == TD_SLOT_SITES_FULL)
+		c->n[TD_SLOT_SITES_FULL]++;
+	return r;
 }
 
 /*

@@ -81,21 +81,7 @@ int BPF_KPROBE(td_uprobe)
 	else if ((slot = bpf_map_lookup_elem(&usites, &k)))
 		r = *slot & (TD_NR_SLOTS - 1);
 	else
-		switch (count_in(&upending, &k)) {
-		case TD_COUNT_INSERTED:
-			/*
-			 * User space resolves it within a tick, while the
-			 * process (whose maps symbolize it) is likely alive.
-			 */
-			*(volatile __u32 *)&new_sites = 1;
-			r = TD_SLOT_NONE;
-			break;
-		case TD_COUNT_ADDED:
-			r = TD_SLOT_NONE;
-			break;
-		default:
-			r = TD_SLOT_SITES_FULL;
-		}
+		r = count_pending(&upending, &k);
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	if (!cfg.stacks)
