@@ -98,11 +98,9 @@ td_round() {
 		>"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	wait_line "$TD_ERR" "Ctrl-C to end"
-	# Start-up ends after that line: the program counts from attach, then topdown reads
-	# the kernel's symbols (seconds under emulation, on this one CPU), and until then
-	# every call is pending. Its first interval line comes after start-up: the passes
-	# below measure new call sites and steady state, not the start-up window.
-	wait_line "$TD_OUT" '"type":"interval"'
+	# Until start-up ends every call is pending: the passes below measure new call
+	# sites and steady state, not the start-up window.
+	td_ready
 	prog=$(progs | awk '$2 ~ /^td_fentry(_nl)?$/ { m = $2 } END { print m }')
 	[ -n "$prog" ] || fail "topdown $1: no td_fentry program loaded: $(progs)"
 	# The first pass: its call sites are new, resolved by the polls meanwhile.

@@ -242,6 +242,14 @@ td_start() {
 	echo "+ topdown $* (pid $TD_PID): $(head -1 "$TD_ERR")"
 }
 
+# td_ready: wait until the topdown of td_start is past start-up. It counts from attach
+# ("Ctrl-C to end"), but reads the kernel's symbols after that (seconds under emulation),
+# and resolves no call site until its loop runs; its first interval line (--json, not
+# -q) comes from the loop.
+td_ready() {
+	wait_line "$TD_OUT" '"type":"interval"'
+}
+
 # td_stop [SIGNAL]: send SIGNAL (default INT) to topdown, wait for it; sets TD_RC and
 # TD_SUMMARY (the summary object of the JSON output).
 td_stop() {

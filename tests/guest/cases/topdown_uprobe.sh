@@ -21,7 +21,7 @@ start_workload() {
 # go NAME: lets the workload of fifo NAME run, once topdown is past start-up (its first
 # interval line): calls during start-up wait for its loop, however long that takes.
 go() {
-	wait_line "$TD_OUT" '"type":"interval"'
+	td_ready
 	echo go >"$TD_TMP/$1"
 }
 
