@@ -242,6 +242,25 @@ td_start() {
 	echo "+ topdown $* (pid $TD_PID): $(head -1 "$TD_ERR")"
 }
 
+# uptime_cs: the guest's uptime in hundredths of a second.
+uptime_cs() {
+	sed 's/^\([0-9]*\)\.\([0-9][0-9]\).*/\1\2/; s/^0*\([0-9]\)/\1/' /proc/uptime
+}
+
+# wait_exit PID WHAT: wait for the background process PID to end and return its exit
+# status; a process still running after 30 s fails the case, by name, rather than
+# leaving the case to hang until its time limit (which prints no FAIL line).
+wait_exit() {
+	_w=0
+	# Running, and not a zombie waiting for this shell to reap it.
+	while [ -n "$(sed -n 's/^[0-9]* (.*) \([^Z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null)" ]; do
+		_w=$((_w + 1))
+		[ $_w -lt 300 ] || fail "$2 did not exit within 30 s"
+		sleep 0.1
+	done
+	wait "$1"
+}
+
 # td_ready: wait until the topdown of td_start is past start-up. It counts from attach
 # ("Ctrl-C to end"), but reads the kernel's symbols after that (seconds under emulation),
 # and resolves no call site until its loop runs; its first interval line (--json, not
@@ -254,7 +273,7 @@ td_ready() {
 # TD_SUMMARY (the summary object of the JSON output).
 td_stop() {
 	kill -"${1:-INT}" "$TD_PID"
-	wait "$TD_PID"
+	wait_exit "$TD_PID" "topdown (pid $TD_PID, sent SIG${1:-INT})"
 	TD_RC=$?
 	TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
 	[ -n "$TD_SUMMARY" ] || [ "${1:-INT}" = KILL ] || { cat "$TD_ERR"; fail "no summary from topdown"; }
@@ -315,11 +334,12 @@ td_progs() {
 	bpftool prog show 2>/dev/null | grep -c ' name td_'
 }
 
-# expect_progs NAME WANT: td_progs is WANT, waiting up to 5 s for it: 5.10 frees a
-# program by an RCU callback after its last link or pin is gone.
+# expect_progs NAME WANT: td_progs is WANT, waiting up to 20 s for it: 5.10 frees a
+# program by an RCU callback after its last link or pin is gone, and a host that
+# starves the guest's CPUs delays grace periods by seconds.
 expect_progs() {
 	_i=0
-	while [ "$(td_progs)" != "$2" ] && [ $_i -lt 50 ]; do
+	while [ "$(td_progs)" != "$2" ] && [ $_i -lt 200 ]; do
 		sleep 0.1
 		_i=$((_i + 1))
 	done

@@ -89,7 +89,7 @@ run_text() {
 }
 unmaps run_text --baseline "$B"
 kill -INT $text_pid
-wait $text_pid
+wait_exit $text_pid "topdown (pid $text_pid)"
 rc=$?
 cat "$TD_TMP/text.out"
 expect_eq "same: exit status" $rc 3
@@ -112,14 +112,14 @@ if [ $FN = deferred_split_huge_page ]; then
 	td_start $FN -d 10 --save "$S"
 	thp --munmap-halves 1 --hold-ms 600000 >"$TD_TMP/thp.out" 2>&1 &
 	thp_pid=$!
-	wait $TD_PID
+	wait_exit $TD_PID "topdown (pid $TD_PID)"
 	expect_eq "slow baseline: exit status" $? 0
 	kill $thp_pid
 	wait $thp_pid
 	grep -q '"reasons":\[{"reason":"ZAP","count":256,' "$S" || fail "slow baseline: no ZAP row of 256 calls: $(cut -c1-400 "$S")"
 fi
 td_start $FN -d 0.3 --baseline "$S"
-wait $TD_PID
+wait_exit $TD_PID "topdown (pid $TD_PID)"
 TD_RC=$?
 TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
 expect_eq "short: exit status" $TD_RC 4

@@ -122,6 +122,6 @@ topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
 rmdir $CG/tdtest/inner $CG/tdtest 2>/dev/null
 # (5.10 frees a program in an RCU callback after its last link: give it a moment)
 i=0
-while [ "$(td_progs)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(td_progs)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "programs left" "$(td_progs)" 0
 exit 0

@@ -162,12 +162,22 @@ fi
 td_start $FN -i 1 --stack-on $KILLED_ON
 # shellcheck disable=SC2086
 thp $KILLED >/dev/null || fail "thp failed"
+killed_at=$(uptime_cs)
 td_stop KILL
 # The killed reader left capture on: every call is sent to the stack gate, exact still.
 expect_eq "after SIGKILL: calls sent to the stack gate" "$(watch_bytes | cut -d, -f2)" 1
 # shellcheck disable=SC2086
 thp $KILLED >/dev/null || fail "thp failed"
-expect_eq "after SIGKILL, within the lease: watch key" "$(watch_bytes | cut -d, -f2)" 1
+# Within the lease (3 s from the reader's last wake-up, at most 1 s before the kill)
+# the key stays. A host that stalls the guest for seconds can end the lease first:
+# then the check says so instead of failing.
+since_kill=$(($(uptime_cs) - killed_at))
+if [ $since_kill -lt 150 ]; then
+	expect_eq "after SIGKILL, within the lease: watch key" "$(watch_bytes | cut -d, -f2)" 1
+else
+	echo "note: the within-lease check is left out: the kill was $since_kill cs ago"
+fi
+echo "kill to the within-lease check: $since_kill cs"
 # Past the reader's lease (3 s), the first watched call puts its state back: no
 # topdown process runs, and the program is back on its common path.
 sleep 4
@@ -198,7 +208,7 @@ wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
 # A pinned function that cannot be read (a broken pin directory) fails its own series,
 # not the scrape.
 mkdir $ROOT/bogus
-wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+timeout 30 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
 rmdir $ROOT/bogus
 head -5 "$TD_TMP/metrics"
 grep -qx 'topdown_read_error{function="bogus"} 1' "$TD_TMP/metrics" || fail "no read error for bogus"
@@ -216,7 +226,7 @@ bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^# EOF$|^[a-z_]+\{([a-z_]+="[^"]*",?)*
 [ -z "$bad" ] || fail "not OpenMetrics text: $bad"
 expect_fail "cannot listen on 127.0.0.1:9476: .*pick another address with --listen ADDR:PORT" serve --listen 127.0.0.1:9476
 kill -INT $serve_pid
-wait $serve_pid || fail "serve exited with $?"
+wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 
 # 5. unpin: no topdown program, link, map or pin remains (maps are freed by a kernel
 # workqueue: give them a moment).
@@ -226,7 +236,7 @@ expect_progs "programs left" 0
 expect_eq "links left" "$(bpftool link show 2>/dev/null | grep -c ' prog ')" 0
 td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
 i=0
-while [ "$(td_maps)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(td_maps)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "maps left" "$(td_maps)" 0
 
 # 6. A kprobe pin of vfs_read, and unpin --all. A kernel without kprobe links

@@ -28,7 +28,7 @@ else
 fi
 URL=http://127.0.0.1:9477
 scrape() {
-	wget -q -O "$TD_TMP/metrics" $URL/metrics || fail "scrape failed"
+	timeout 30 wget -q -O "$TD_TMP/metrics" $URL/metrics || fail "scrape failed"
 }
 metric() {
 	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'
@@ -63,7 +63,7 @@ else
 fi
 wait_line "$TD_TMP/serve.err" "^topdown: $F: $R1 has 100.0% of calls (.*threshold 80%): capturing its stacks"
 sleep 1.2
-wget -q -O "$TD_TMP/prof.gz" "$URL/debug/pprof/topdown?seconds=5&function=$F" &
+timeout 30 wget -q -O "$TD_TMP/prof.gz" "$URL/debug/pprof/topdown?seconds=5&function=$F" &
 wget_pid=$!
 sleep 0.5
 kill -USR1 $thp_pid
@@ -151,9 +151,9 @@ echo "serve cost: start (cpu s, rss KiB) $cost0; after the run $cost1"
 topdown unpin $F 2>/dev/null || fail "unpin refused while serve captures"
 wait_line "$TD_TMP/serve.err" "^topdown: $F: unpinned: its stack capture stops"
 i=0
-while [ "$(td_progs)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(td_progs)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "programs left" "$(td_progs)" 0
 kill -INT $serve_pid
-wait $serve_pid || fail "serve exited with $?"
+wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 expect_eq "pins left" "$(ls -A /sys/fs/bpf/topdown)" ""
 exit 0

@@ -47,7 +47,7 @@ reason_shown() {
 	echo "${_v:-0}"
 }
 scrape() {
-	wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+	timeout 30 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
 }
 metric() {
 	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'
@@ -134,7 +134,7 @@ else
 	expect_eq "re-pin: FAULT_ALLOC" "$(calls $FN FAULT_ALLOC)" $P
 fi
 kill -INT $serve_pid
-wait $serve_pid || fail "serve exited with $?"
+wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 do_sync
 expect_eq "after re-pin: nothing to change" "$(cat "$TD_TMP/sync.err")" \
 	"topdown: nothing to change: 2 declared in $D and pinned"
@@ -200,7 +200,7 @@ expect_eq "config removed: pinned" "$(ls $ROOT | tr '\n' ' ')" "vfs_write "
 topdown unpin vfs_write 2>/dev/null || fail "unpin failed"
 expect_progs "programs left" 0
 i=0
-while [ "$(td_maps)" != 0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(td_maps)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
 expect_eq "maps left" "$(td_maps)" 0
 expect_eq "pins left" "$(ls -A $ROOT)" ""
 exit 0
