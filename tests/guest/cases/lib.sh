@@ -334,14 +334,22 @@ td_progs() {
 	bpftool prog show 2>/dev/null | grep -c ' name td_'
 }
 
-# expect_progs NAME WANT: td_progs is WANT, waiting up to 20 s for it: 5.10 frees a
-# program by an RCU callback after its last link or pin is gone, and a host that
-# starves the guest's CPUs delays grace periods by seconds.
-expect_progs() {
+# td_maps: how many of topdown's maps are loaded.
+td_maps() {
+	bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '
+}
+
+# expect_settled NAME WANT COUNT: the output of COUNT (td_progs, td_maps) is WANT,
+# waiting up to 20 s for it: 5.10 frees a program by an RCU callback after its last
+# link or pin is gone, and maps in a kernel workqueue, and a host that starves the
+# guest's CPUs delays both by seconds.
+expect_settled() {
 	_i=0
-	while [ "$(td_progs)" != "$2" ] && [ $_i -lt 200 ]; do
+	while [ "$($3)" != "$2" ] && [ $_i -lt 200 ]; do
 		sleep 0.1
 		_i=$((_i + 1))
 	done
-	expect_eq "$1" "$(td_progs)" "$2"
+	expect_eq "$1" "$($3)" "$2"
 }
+expect_progs() { expect_settled "$1" "$2" td_progs; }
+expect_maps() { expect_settled "$1" "$2" td_maps; }

@@ -120,8 +120,5 @@ topdown vfs_read -p 1 -d 1 >"$TD_TMP/out" 2>"$TD_TMP/err" && fail "a reader took
 grep -q "leave out --pid" "$TD_TMP/err" || fail "reader with -p: $(cat "$TD_TMP/err")"
 topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
 rmdir $CG/tdtest/inner $CG/tdtest 2>/dev/null
-# (5.10 frees a program in an RCU callback after its last link: give it a moment)
-i=0
-while [ "$(td_progs)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-expect_eq "programs left" "$(td_progs)" 0
+expect_progs "programs left" 0
 exit 0

@@ -234,10 +234,7 @@ topdown unpin $FN || fail "unpin failed"
 [ ! -e $ROOT/$FN ] || fail "the pin directory is still there"
 expect_progs "programs left" 0
 expect_eq "links left" "$(bpftool link show 2>/dev/null | grep -c ' prog ')" 0
-td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
-i=0
-while [ "$(td_maps)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-expect_eq "maps left" "$(td_maps)" 0
+expect_maps "maps left" 0
 
 # 6. A kprobe pin of vfs_read, and unpin --all. A kernel without kprobe links
 # (BPF_LINK_TYPE_PERF_EVENT, Linux 5.15; 5.10 has none) refuses it in one line,

@@ -150,9 +150,7 @@ echo "serve cost: start (cpu s, rss KiB) $cost0; after the run $cost1"
 # 4. Unpinned while serve captures: serve lets go within a second; nothing is left.
 topdown unpin $F 2>/dev/null || fail "unpin refused while serve captures"
 wait_line "$TD_TMP/serve.err" "^topdown: $F: unpinned: its stack capture stops"
-i=0
-while [ "$(td_progs)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-expect_eq "programs left" "$(td_progs)" 0
+expect_progs "programs left" 0
 kill -INT $serve_pid
 wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 expect_eq "pins left" "$(ls -A /sys/fs/bpf/topdown)" ""

@@ -52,7 +52,6 @@ scrape() {
 metric() {
 	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'
 }
-td_maps() { bpftool map show 2>/dev/null | grep -c -E ' name (counts|sites|pending|names|meta|samples) '; }
 
 # vfs_read is declared in kprobe mode where the kernel has kprobe links (5.15; 5.10
 # has none, and refuses a kprobe pin), else in fentry mode.
@@ -199,8 +198,6 @@ synced_line "topdown: unpinned vfs_open: new.toml declares it no more"
 expect_eq "config removed: pinned" "$(ls $ROOT | tr '\n' ' ')" "vfs_write "
 topdown unpin vfs_write 2>/dev/null || fail "unpin failed"
 expect_progs "programs left" 0
-i=0
-while [ "$(td_maps)" != 0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
-expect_eq "maps left" "$(td_maps)" 0
+expect_maps "maps left" 0
 expect_eq "pins left" "$(ls -A $ROOT)" ""
 exit 0
