@@ -60,6 +60,8 @@
  *   thp: munmap_halves=P*R (THP faults, then munmap of the upper 1 MiB)
  *   thp: dontneed_halves=Q*R (THP faults, then MADV_DONTNEED of the upper 1 MiB)
  *   thp: collapses=C*R (small pages collapsed into a THP by MADV_COLLAPSE)
+ *   thp: collapse_retries=N (MADV_COLLAPSE attempts that failed with EAGAIN or ENOMEM,
+ *        documented as transient, and were retried after a pause; up to 29 a region)
  *   thp: faults=F*R munmap_halves=P*R dontneed_halves=Q*R collapses=C*R
  *
  * Expected kernel effects (Debian 6.12 cloud kernel), for the whole run:
@@ -497,6 +499,36 @@ static void touch_region(char *addr)
 		p[off] = 1;
 }
 
+/*
+ * MADV_COLLAPSE, retried on its documented transient failures: EAGAIN ("could not
+ * take a lock or isolate a page", e.g. pages still in a per-CPU LRU batch) and ENOMEM
+ * (the huge page could not be allocated: compaction can fail at any moment under
+ * emulation).  A failed attempt queues no THP for deferred split, so the calls counted
+ * stay one per region; the kernel's allocation counters may move once per attempt that
+ * got as far as allocating (reported as collapse_retries, for the vmstat checks).
+ */
+#define COLLAPSE_TRIES 30
+static long collapse_retries;
+
+static void collapse_region(char *a)
+{
+	for (int t = 1;; t++) {
+		int err;
+
+		if (madvise(a, HPAGE, MADV_COLLAPSE) == 0)
+			return;
+		err = errno;
+		if ((err == EAGAIN || err == ENOMEM) && t < COLLAPSE_TRIES) {
+			collapse_retries++;
+			sleep_ms(t < 10 ? 10 * t : 100);
+			continue;
+		}
+		die("madvise(%p, MADV_COLLAPSE): %s%s (attempt %d of %d)", (void *)a, strerror(err),
+		    err == EINVAL ? " (kernel without MADV_COLLAPSE? needs 6.1+)" : "", t,
+		    COLLAPSE_TRIES);
+	}
+}
+
 /* ------------------------------------------------------------------- main */
 
 static volatile sig_atomic_t got_usr1;
@@ -709,9 +741,7 @@ int main(int argc, char **argv)
 
 			if (madvise(a, HPAGE, MADV_HUGEPAGE) < 0)
 				die("madvise(%p, MADV_HUGEPAGE): %s", (void *)a, strerror(errno));
-			if (madvise(a, HPAGE, MADV_COLLAPSE) < 0)
-				die("madvise(%p, MADV_COLLAPSE): %s%s", (void *)a, strerror(errno),
-				    errno == EINVAL ? " (kernel without MADV_COLLAPSE? needs 6.1+)" : "");
+			collapse_region(a);
 		}
 		read_smaps();
 		for (i = 0; i < (size_t)collapses; i++)
@@ -748,6 +778,9 @@ int main(int argc, char **argv)
 	printf("thp: dontneed_halves=%ld (THP faults, then MADV_DONTNEED of the upper 1 MiB)\n",
 	       done_d);
 	printf("thp: collapses=%ld (small pages collapsed into a THP by MADV_COLLAPSE)\n", done_c);
+	printf("thp: collapse_retries=%ld (MADV_COLLAPSE attempts that failed with EAGAIN or ENOMEM"
+	       " and were retried)\n",
+	       collapse_retries);
 	if (mixes > 0)
 		printf("thp: mix=%ld (a THP fault, then munmap of its upper 1 MiB)\n", done_x);
 	printf("thp: faults=%ld munmap_halves=%ld dontneed_halves=%ld collapses=%ld\n", done_f,
