@@ -1,9 +1,12 @@
 # Helpers for guest cases (busybox sh).  Source it first:   . "$TD_LIB"
 # This file is not a case itself.
 
-# fail MSG...: print "FAIL: MSG" and end the case as failed (exit 1).
+# fail MSG...: print "FAIL: MSG" and end the case as failed (exit 1). A topdown of
+# td_start still running is stopped first, as Ctrl-C would: a case's EXIT trap that
+# waits for its children would otherwise wait for it until the case's time limit.
 fail() {
 	echo "FAIL: $*"
+	[ -z "${TD_LIVE:-}" ] || kill -INT "$TD_LIVE" 2>/dev/null
 	exit 1
 }
 
@@ -199,12 +202,13 @@ thp_callers() {
 
 # ------------------------------------------------------------------ topdown helpers
 
-# wait_line FILE PATTERN: wait (up to 30 s) until FILE has a line matching PATTERN.
+# wait_line FILE PATTERN [SECS]: wait (up to SECS, default 30 s) until FILE has a line
+# matching PATTERN.
 wait_line() {
-	_i=0
+	_i=0 _s=${3:-30}
 	until grep -qs "$2" "$1"; do
 		_i=$((_i + 1))
-		[ $_i -lt 300 ] || fail "no '$2' in $1 after 30 s: $(cat "$1" 2>/dev/null)"
+		[ $_i -lt $((_s * 10)) ] || fail "no '$2' in $1 after $_s s: $(cat "$1" 2>/dev/null)"
 		sleep 0.1
 	done
 }
@@ -228,7 +232,7 @@ td_start() {
 	# The previous run's "Ctrl-C to end" must not be taken for this one's.
 	rm -f "$TD_OUT" "$TD_ERR"
 	topdown "$@" --json >"$TD_OUT" 2>"$TD_ERR" &
-	TD_PID=$!
+	TD_PID=$! TD_LIVE=$!
 	_i=0
 	until grep -qs "Ctrl-C to end" "$TD_ERR"; do
 		if ! kill -0 "$TD_PID" 2>/dev/null; then
@@ -274,7 +278,7 @@ td_ready() {
 td_stop() {
 	kill -"${1:-INT}" "$TD_PID"
 	wait_exit "$TD_PID" "topdown (pid $TD_PID, sent SIG${1:-INT})"
-	TD_RC=$?
+	TD_RC=$? TD_LIVE=
 	TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
 	[ -n "$TD_SUMMARY" ] || [ "${1:-INT}" = KILL ] || { cat "$TD_ERR"; fail "no summary from topdown"; }
 	[ -z "$TD_SUMMARY" ] || echo "summary: $TD_SUMMARY" | cut -c1-2000
