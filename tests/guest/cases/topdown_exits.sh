@@ -70,7 +70,8 @@ for sig in INT TERM HUP; do
 	fresh
 	# shellcheck disable=SC2086
 	td_start $RUN $FILES
-	sleep 1
+	# Stacks in hand, so that every file has something to hold.
+	wait_line "$TD_OUT" '"stacks_captured":[1-9]'
 	td_stop $sig
 	expect_eq "SIG$sig: exit status" $TD_RC 3
 	check_files "SIG$sig"

@@ -76,7 +76,8 @@ TOML
 		rm -f "$TD_TMP/stop"
 		(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
 		loop=$!
-		sleep 1
+		# Calls from before topdown starts: the loop's first process is done.
+		wait_line "$TD_TMP/loop.out" "^thp: faults=0 "
 		td_start $TD_SPLIT --$mode --rules "$TD_RULES_61"
 		sleep 2
 		touch "$TD_TMP/stop"
@@ -165,7 +166,8 @@ for mode in fentry kprobe; do
 	rm -f "$TD_TMP/stop"
 	(while [ ! -e "$TD_TMP/stop" ]; do thp --faults 0 --munmap-halves 1 --dontneed-halves 1 || exit 1; done) >"$TD_TMP/loop.out" 2>&1 &
 	loop=$!
-	sleep 1
+	# Calls from before topdown starts: the loop's first process is done.
+	wait_line "$TD_TMP/loop.out" "^thp: faults=0 "
 	td_start deferred_split_folio --$mode --rules "MUNMAP=folio_remove_rmap_ptes@vms_complete_munmap_vmas/8;FAULT=$TD_THP_FAULT"
 	sleep 2
 	touch "$TD_TMP/stop"

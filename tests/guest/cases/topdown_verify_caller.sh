@@ -26,7 +26,8 @@ for variant in "--fentry" "--fentry --companion fexit" "--kprobe"; do
 	# shellcheck disable=SC2086
 	td_start vfs_read $variant --verify-caller
 	readloop 100 || fail "readloop failed"
-	sleep 1
+	# Resolved: its calls are named after it, not pending.
+	wait_line "$TD_OUT" '"reason":"ksys_read"'
 	readloop 2000 || fail "readloop failed"
 	td_stop INT
 	total=$(summary_num total)
