@@ -70,6 +70,7 @@ thp_run() {
 	: >"$TD_TMP/go"
 	# Direct compaction under emulation, on a host busy with another guest: minutes.
 	wait_line "$TD_TMP/thp-$_d.out" "memhog: done" 180
+	# kcompactd's work that the last faults woke it for: nothing marks its end.
 	sleep 1
 	td_stop INT
 	cat "$TD_TMP/thp-$_d.out"
@@ -88,6 +89,7 @@ for try in 1 2 3 4; do
 	echo "defrag=defer: no kcompactd work in try $try"
 	kill $LAST_HOG
 	wait $LAST_HOG 2>/dev/null
+	# Memory given back settles in the buddy lists: nothing marks the end.
 	sleep 2
 done
 # Other high-order allocations (slab, kernel stacks) may compact for themselves in memory

@@ -149,6 +149,7 @@ for try in 1 2 3; do
 	window -p "$HOG"
 	[ "$(reason_count DIRECT)" -eq 0 ] || break
 	echo "DIRECT: no direct reclaim in try $try: kswapd kept up"
+	# kswapd going back to sleep: nothing marks it.
 	sleep 2
 done
 check DIRECT

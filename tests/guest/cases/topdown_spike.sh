@@ -18,6 +18,8 @@
 # munmap's calls are MUNMAP, a half MADV_DONTNEED's DONTNEED, the exit's EXIT; the
 # bursts' thp processes hold their exit until topdown has stopped, and DONTNEED takes
 # FAULT_ALLOC's part.
+# The sleeps below are the scenario's quiet spells and tails (what is tested is what
+# topdown does in them), not waits for an event: every event there is awaited.
 . "$TD_LIB"
 need_cmd topdown thp
 split_fn

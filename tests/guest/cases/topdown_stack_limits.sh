@@ -10,6 +10,8 @@ RATE=20
 td_start vfs_read --no-profile --stack-on ksys_read --max-rate $RATE
 t0=$(date +%s)
 readloop 20000 || fail "readloop failed"
+# A refill of the budget with no reads to spend it on (the bound counts the run's whole
+# length): a stretch of time, not an event.
 sleep 1
 td_stop INT
 secs=$(($(date +%s) - t0 + 2))

@@ -5,6 +5,8 @@
 # deferred_split_huge_page, which THP faults never call: there the same is proven
 # with deeper-frame rules that tell a half munmap's calls (MUNMAP, 256 each) from the
 # exit's (EXIT, 256 more per half-unmapped region).
+# Its sleeps are the scenario's tails and gaps (capture going on after a burst, a
+# reason going quiet): stretches of time, not events; every event is awaited.
 . "$TD_LIB"
 need_cmd topdown thp
 split_fn
