@@ -28,6 +28,10 @@
  *                        SIGUSR1: a tracer can start after the faults and see only unmaps.
  *   --unmap-gap-ms N     sleep N ms before each half munmap (default 0), to spread them
  *                        over time.
+ *   --fault-gap-ms N     sleep N ms before faulting in each region (default 0), to
+ *                        spread the THP faults of --faults, --munmap-halves,
+ *                        --dontneed-halves and --mix over time (a burst that outlasts a
+ *                        tracer's reaction).
  *   --mix M              after the other phases: M regions, each faulted in as a THP and
  *                        at once half unmapped, so THP faults and half unmaps alternate
  *                        (a steady 50/50 mix of the two deferred-split callers).
@@ -117,7 +121,8 @@
 
 static const char usage_text[] =
 	"usage: thp [--faults F] [--munmap-halves P] [--dontneed-halves Q] [--collapse C]\n"
-	"           [--repeat R] [--hold-ms N] [--wait-usr1] [--unmap-gap-ms N] [--mix M]\n"
+	"           [--repeat R] [--hold-ms N] [--wait-usr1] [--unmap-gap-ms N]\n"
+	"           [--fault-gap-ms N] [--mix M]\n"
 	"           [--stamps FILE]\n"
 	"\n"
 	"Transparent-huge-page workload with exact effects (x86-64, run as root).\n"
@@ -135,6 +140,7 @@ static const char usage_text[] =
 	"  --wait-usr1          round 1: after the --munmap-halves faults, print \"thp: ready\"\n"
 	"                       and wait for SIGUSR1 before unmapping the halves.\n"
 	"  --unmap-gap-ms N     sleep N ms before each half munmap (default 0).\n"
+	"  --fault-gap-ms N     sleep N ms before faulting in each region (default 0).\n"
 	"  --mix M              after the rest: M regions, each a THP fault then at once a\n"
 	"                       half munmap (faults and half unmaps alternate).\n"
 	"  --stamps FILE        write \"fault NS\" / \"munmap NS\" (CLOCK_MONOTONIC) to FILE\n"
@@ -491,9 +497,15 @@ static void map_region(char *addr, int advice)
 		    advice == MADV_HUGEPAGE ? "MADV_HUGEPAGE" : "MADV_NOHUGEPAGE", strerror(errno));
 }
 
+static long fault_gap_ms; /* --fault-gap-ms */
+
+/* Writes every 4 KiB page of the region: the first write is the THP fault. */
 static void touch_region(char *addr)
 {
 	volatile char *p = addr;
+
+	if (fault_gap_ms)
+		sleep_ms(fault_gap_ms);
 
 	for (size_t off = 0; off < HPAGE; off += PAGE)
 		p[off] = 1;
@@ -621,6 +633,8 @@ int main(int argc, char **argv)
 			hold_ms = parse_count(a, v), i++;
 		} else if (!strcmp(a, "--unmap-gap-ms")) {
 			unmap_gap_ms = parse_count(a, v), i++;
+		} else if (!strcmp(a, "--fault-gap-ms")) {
+			fault_gap_ms = parse_count(a, v), i++;
 		} else if (!strcmp(a, "--mix")) {
 			mixes = parse_count(a, v), i++;
 		} else if (!strcmp(a, "--stamps")) {

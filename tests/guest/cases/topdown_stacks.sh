@@ -143,7 +143,9 @@ expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stac
 # is captured; then the half-unmaps alone, and capture moves to ZAP. The summary has the
 # stacks of both, in that order.
 td_start deferred_split_folio -i 0.5 --min-rate 5 --min-events 3
-thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50
+# The faults 20 ms apart: a burst that lasts beyond the trigger's reaction (40 faults
+# at full speed can be over before the first decision on a busy host).
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 --fault-gap-ms 20
 sleep 1.5
 kill -USR1 $thp_pid
 wait $thp_pid || fail "thp failed: $(cat "$TD_TMP/thp.out")"
