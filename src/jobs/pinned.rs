@@ -2,6 +2,7 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 
@@ -231,8 +232,42 @@ fn unpin_undeclared(
 /// The pinned instances named (all if none is), each read once, with its
 /// meta. Kernel symbols are read (afresh: modules come and go) only if a
 /// call site needs resolving.
-pub(super) fn snapshots(funcs: &[FuncName]) -> Result<Vec<(report::Pinned, Meta)>> {
-    let mut ksyms = None;
+/// The kernel's symbols, for naming pinned instances' new call sites,
+/// read when first needed and then at most once a minute: reading
+/// /proc/kallsyms costs more than a scrape should (150,000 lines; seconds
+/// under emulation), and only a module load brings call sites it did not
+/// name.
+#[derive(Default)]
+pub(super) struct KsymsCache {
+    loaded: Option<(Instant, Kallsyms)>,
+}
+
+impl KsymsCache {
+    const MAX_AGE: Duration = Duration::from_secs(60);
+
+    /// Reads the symbols unless a fresh enough copy is at hand.
+    fn refresh(&mut self) -> Result<()> {
+        if self
+            .loaded
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() > Self::MAX_AGE)
+        {
+            self.loaded = Some((Instant::now(), host::load_kallsyms()?));
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Option<&Kallsyms> {
+        self.loaded.as_ref().map(|(_, k)| k)
+    }
+}
+
+pub(super) fn snapshots(
+    funcs: &[FuncName],
+    ksyms_cache: &mut KsymsCache,
+) -> Result<Vec<(report::Pinned, Meta)>> {
+    // Read once a call at most, and only if an instance needs it.
+    let mut needed = false;
     let names = if funcs.is_empty() {
         pin::pinned()?
     } else {
@@ -252,14 +287,16 @@ pub(super) fn snapshots(funcs: &[FuncName]) -> Result<Vec<(report::Pinned, Meta)
             inst.probe.maps().own(0);
         }
         let mut symbols = Symbols::new(inst.meta.vmlinux.clone(), false);
-        if ksyms.is_none() && inst.probe.maps().unresolved()? {
-            ksyms = Some(host::load_kallsyms()?);
+        if !needed && inst.probe.maps().unresolved()? {
+            ksyms_cache.refresh()?;
+            needed = true;
         }
         let none = Kallsyms::default();
+        let ksyms = if needed { ksyms_cache.current() } else { None };
         let pinned = session::snapshot(
             &inst.probe,
             &inst.meta,
-            ksyms.as_ref().unwrap_or(&none),
+            ksyms.unwrap_or(&none),
             &mut mapper,
             &mut symbols,
         )?;
@@ -287,7 +324,7 @@ pub fn show(s: &Show) -> Result<Status> {
         }
     }
     let mut all = Vec::new();
-    for (mut p, meta) in snapshots(&s.funcs)? {
+    for (mut p, meta) in snapshots(&s.funcs, &mut KsymsCache::default())? {
         p.threshold = s.threshold;
         p.system = system_state(one, &meta.knobs, meta.cgroup.as_deref());
         p.fix = s.fix.clone();
@@ -363,4 +400,31 @@ pub fn unpin(funcs: &[FuncName], synced: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_are_read_once_a_minute_at_most() {
+        let mut cache = KsymsCache::default();
+        assert!(cache.current().is_none());
+        if let Err(e) = cache.refresh() {
+            // Not root, or addresses hidden: nothing to cache.
+            crate::testing::skip(&format!("reading /proc/kallsyms: {e}"));
+            return;
+        }
+        let first = cache.loaded.as_ref().map(|(at, _)| *at);
+        cache.refresh().unwrap();
+        assert_eq!(cache.loaded.as_ref().map(|(at, _)| *at), first);
+        assert!(!cache.current().unwrap().is_empty());
+        // Past its age, the next refresh reads them again.
+        let at = &mut cache.loaded.as_mut().unwrap().0;
+        if let Some(old) = at.checked_sub(KsymsCache::MAX_AGE + Duration::from_secs(1)) {
+            *at = old;
+            cache.refresh().unwrap();
+            assert_ne!(cache.loaded.as_ref().map(|(at, _)| *at), Some(old));
+        }
+    }
 }

@@ -17,19 +17,23 @@ use crate::serve;
 use crate::session::watch::Watch;
 
 use super::common::stop_on_signals;
-use super::pinned::{pinned_mapper, snapshots};
+use super::pinned::{pinned_mapper, snapshots, KsymsCache};
 
 /// `topdown serve`: the pinned functions' counters on /metrics.
 pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     let captures = capture.map(|_| serve::Captures::default());
+    // Kept across scrapes: each would otherwise read /proc/kallsyms again,
+    // once per function with new call sites.
+    let ksyms = std::sync::Mutex::new(KsymsCache::default());
     let scrape = || {
+        let mut ksyms = ksyms.lock().unwrap_or_else(|p| p.into_inner());
         // One function that cannot be read fails its own series, not the
         // scrape.
         let (mut read, mut unreadable) = (Vec::new(), Vec::new());
         for func in pin::pinned()? {
-            match snapshots(std::slice::from_ref(&func)) {
+            match snapshots(std::slice::from_ref(&func), &mut ksyms) {
                 Ok(all) => read.extend(all.into_iter().map(|(p, _)| p)),
                 Err(e) => {
                     eprintln!("topdown: scrape: cannot read pinned {func}: {e}");
