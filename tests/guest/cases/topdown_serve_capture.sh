@@ -51,7 +51,9 @@ cost0=$(cpu_rss $serve_pid)
 # 1. FAULT_ALLOC takes over (6.1, 5.10: DONTNEED); a pprof window opens; ZAP (MUNMAP)
 # takes over.
 # shellcheck disable=SC2086 # HOLD's words are separate arguments
-thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 $HOLD
+# The faults 20 ms apart: a burst that outlasts the trigger's reaction (at full speed
+# 40 faults were once over within the tick that switched capture on, on a busy host).
+thp_start --munmap-halves $N --wait-usr1 --unmap-gap-ms 50 --fault-gap-ms 20 $HOLD
 if [ $F = deferred_split_huge_page ]; then
 	# 256 calls at a time: 8 of them, one after another, so that some come after the
 	# capture has begun.
