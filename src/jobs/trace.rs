@@ -78,7 +78,8 @@ pub fn trace(t: Trace) -> Result<Status> {
 /// The session run on the counting program, then the run's files written.
 fn run(probe: Probe<'_>, ctx: Context<'_>, t: &Trace, stop: &AtomicBool) -> Result<Status> {
     let trigger = Trigger::new(t.trigger, ctx.stack_on);
-    let mut out = Stdout::new(io::stdout().lock());
+    // A reader gone (`topdown FUNC | head`) ends the run as Ctrl-C does.
+    let mut out = Stdout::new(io::stdout().lock()).ending(stop);
     let ended = session::run(probe, ctx, trigger, &t.session, stop, &mut out)?;
     finish(ended, &t.files, t.session.top)
 }
