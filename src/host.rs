@@ -128,7 +128,7 @@ pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
     } else {
         format!("did you mean: {}?", close.join(", "))
     };
-    Err(Error::msg(format!(
+    Err(Error::usage(format!(
         "no kernel function named '{func}' (not in /proc/kallsyms: misspelled, inlined everywhere, or not built); {hint}"
     )))
 }

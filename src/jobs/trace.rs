@@ -135,7 +135,7 @@ fn trace_user(t: Trace) -> Result<Status> {
 fn trace_pinned(t: Trace) -> Result<Status> {
     let func = &t.target.func;
     if !t.load_options.is_empty() {
-        return Err(Error::msg(format!(
+        return Err(Error::usage(format!(
             "{func} is pinned, with its mode, profile and stack settings fixed by topdown pin: \
              leave out {} (or unpin it)",
             t.load_options.join(", ")

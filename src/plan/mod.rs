@@ -135,7 +135,14 @@ pub struct Files {
 }
 
 impl Plan {
+    /// The plan, or what is wrong with the command line or the files it
+    /// names: a usage error (exit status 2), as nothing was asked of the
+    /// system yet.
     pub fn from_cli(cli: &Cli) -> Result<Plan> {
+        Plan::of(cli).map_err(Error::into_usage)
+    }
+
+    fn of(cli: &Cli) -> Result<Plan> {
         let (job, verbose) = match &cli.command {
             None => trace_job(&cli.trace)?,
             Some(Command::Trace(t)) => trace_job(t)?,

@@ -375,7 +375,7 @@ impl Mapper {
                 known.join(", ")
             )
         };
-        Err(Error::msg(format!(
+        Err(Error::usage(format!(
             "unknown reason '{name}' for --stack-on: give {valid}"
         )))
     }
