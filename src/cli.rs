@@ -158,9 +158,8 @@ pub struct TriggerArgs {
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
     /// Kernel function to trace (with -x: a function in that file).
-    #[arg(value_name = "FUNC", required_unless_present = "list_profiles",
-          value_parser = funcname::parse_trace_arg)]
-    pub func: Option<FuncName>,
+    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
+    pub func: Option<String>,
 
     /// Trace FUNC in this program or library with a uprobe: a path, or a library name as bcc takes it (c: the C library).
     #[arg(short = 'x', long = "binary", value_name = "PATH")]

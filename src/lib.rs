@@ -54,6 +54,7 @@ mod system;
 mod tailcall;
 #[cfg(test)]
 mod testing;
+pub mod usage;
 mod user;
 mod version;
 

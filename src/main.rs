@@ -8,6 +8,7 @@ use clap::Parser;
 use topdown::cli::Cli;
 use topdown::jobs::{self, Status};
 use topdown::plan::{Job, Plan};
+use topdown::usage;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -59,17 +60,9 @@ fn usage_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    let text = e.render().to_string();
-    let first: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let msg = first.join(" ");
-    let _ = writeln!(
-        io::stderr(),
-        "topdown: {} (see topdown --help)",
-        msg.trim_start_matches("error: ")
-    );
+    let _ = writeln!(io::stderr(), "topdown: {}", usage::explain(&args, &e));
     ExitCode::from(2)
 }

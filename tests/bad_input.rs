@@ -73,7 +73,7 @@ const CASES: &[Case] = &[
     case(&[""], 2, "it is empty"),
     case(&["vfs read"], 2, "it has the character"),
     case(&["vfs_read\n"], 2, "it has the character"),
-    case(&["ext4:ext4_readdir"], 2, "it has a ':' (name the function alone, without its module)"),
+    case(&["a:b:c"], 2, "it has a ':' (name the function alone, without its module)"),
     case(&["vfs_read*"], 2, "it has the character '*'"),
     case(&[LONG_NAME], 2, "it is 513 bytes long (at most 512)"),
     case(&["trace", ".."], 2, "it starts with '.'"),
@@ -96,6 +96,13 @@ const CASES: &[Case] = &[
     case(&["serve", "--listen", "nowhere"], 2, "invalid socket address syntax"),
     case(&["serve", "--listen", "127.0.0.1"], 2, "invalid socket address syntax"),
     case(&["serve", "vfs_read"], 2, "unexpected argument"),
+    case(&["pin", "vfs_read", "--bogus"], 2, "(see topdown pin --help)"),
+    // Other tools' habits: what to type instead.
+    case(&["vfs_read", "5"], 2, "not bcc's INTERVAL [COUNT]"),
+    case(&["vfs_read", "1", "5"], 2, "not bcc's INTERVAL [COUNT]"),
+    case(&["-p", "1", "pin", "vfs_read"], 2, "the command comes first"),
+    case(&["p:vfs_read", "--fentry"], 2, "asks for a kprobe: leave out --fentry"),
+    case(&["-x", "c", "std::terminate"], 2, "is a demangled name"),
     // Files, names and values the command line gives that are wrong: exit
     // status 2 too, before anything is loaded.
     case(&["-x", "c", "no_such_sym"], 2, "is not a function defined in"),
@@ -131,6 +138,7 @@ const CASES: &[Case] = &[
 #[rustfmt::skip]
 const AS_ROOT: &[Case] = &[
     case(&["no_such_function"], 2, "no kernel function named 'no_such_function'"),
+    case(&["shwo"], 2, "did you mean the command topdown show?"),
     case(&["vfs_read", "--stack-on", "zap"], 2, "unknown reason 'zap' for --stack-on"),
     case(&["unpin", "no_such_function"], 2, "is not pinned (see topdown show"),
     case(&["show", "no_such_function"], 2, "is not pinned (see topdown show"),

@@ -14,7 +14,7 @@ use crate::cli::{
 };
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::funcname::FuncName;
+use crate::funcname::{self, FuncName, Hook};
 use crate::profile::{self, Profile};
 use crate::report::printer::Printer;
 use crate::report::saved;
@@ -215,10 +215,26 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
         return Ok((Job::ListProfiles, t.verbose));
     }
     // clap requires FUNC unless --list-profiles is given.
-    let func = t
+    let given = t
         .func
-        .clone()
+        .as_deref()
         .ok_or_else(|| Error::usage("no FUNC given (see topdown --help)"))?;
+    let (func, hook) =
+        funcname::parse_trace_func(given, t.binary.is_some()).map_err(Error::usage)?;
+    // `p:FUNC`, `kprobe:FUNC`: as --kprobe.
+    let mut with_hook;
+    let t = if hook == Some(Hook::Kprobe) && !t.mode.kprobe {
+        if t.mode.fentry {
+            return Err(Error::usage(format!(
+                "'{given}' asks for a kprobe: leave out --fentry"
+            )));
+        }
+        with_hook = t.clone();
+        with_hook.mode.kprobe = true;
+        &with_hook
+    } else {
+        t
+    };
     let job = if t.list_reasons && t.binary.is_some() {
         return Err(Error::usage(
             "--list-reasons resolves a profile on the kernel: not with -x",
