@@ -205,7 +205,7 @@ pub struct TraceArgs {
     pub capture: CaptureArgs,
 
     /// Distinct stacks shown per interval and in the summary.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = at_least_one)]
     pub top: usize,
 
     /// Write captured stacks, folded (flame graph input), to FILE at exit.
@@ -396,6 +396,14 @@ fn duration_secs(s: &str) -> Result<f64, String> {
     secs_in(s, 0.001, 1e9)
 }
 
+/// A count of one or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a number of 1 or more")),
+    }
+}
+
 fn rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -539,6 +547,7 @@ mod tests {
             &["topdown", "f", "--rules", "A=b", "--no-profile"],
             &["topdown", "f", "--max-reasons", "254"],
             &["topdown", "f", "--companion", "kprobe"],
+            &["topdown", "f", "--top", "0"],
             &["topdown", "f", "--verify-drop", "-1"],
             &["topdown", "show", "--verify-drop", "101"],
             &["topdown"],

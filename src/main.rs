@@ -19,9 +19,12 @@ fn main() -> ExitCode {
         // Refusals are explained in one line of our own (quoting the
         // verifier); libbpf's lines are shown with -v only.
         topdown::route_libbpf_messages(plan.verbose);
+        for w in &plan.warnings {
+            let _ = writeln!(io::stderr(), "topdown: warning: {w}");
+        }
         match plan.job {
-            Job::ListProfiles => jobs::list_profiles().map(done),
-            Job::ListReasons(target) => jobs::list_reasons(&target).map(done),
+            Job::ListProfiles { json } => jobs::list_profiles(json).map(done),
+            Job::ListReasons { target, json } => jobs::list_reasons(&target, json).map(done),
             Job::Trace(trace) => jobs::trace(*trace),
             Job::Pin(pin) => jobs::pin(*pin).map(done),
             Job::Show(show) => jobs::show(&show),

@@ -296,6 +296,11 @@ pub fn show(s: &Show) -> Result<Status> {
     if let (Some(p), Some(b)) = (all.first_mut(), &s.baseline) {
         compare_pinned(p, b);
     }
+    if all.is_empty() && matches!(s.printer, report::printer::Printer::Json) {
+        // No object on standard output, which stays NDJSON; the reader
+        // is told why.
+        eprintln!("topdown: {}", report::text::NOTHING_PINNED.trim_end());
+    }
     let mut out = Stdout::new(io::stdout().lock());
     out.write_all(s.printer.pinned(&all).as_bytes())?;
     out.flush()?;

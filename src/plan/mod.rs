@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::bpf::attach::Request;
 use crate::bpf::probe::{Companion, Mode};
+use clap::Parser;
+
 use crate::cli::{
     CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
     TriggerArgs,
@@ -29,14 +31,17 @@ pub struct Plan {
     pub job: Job,
     /// Show libbpf's own messages.
     pub verbose: bool,
+    /// Options given that do nothing with the others: one line each.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug)]
 pub enum Job {
-    /// `--list-profiles`.
-    ListProfiles,
-    /// `--list-reasons`: the profile as resolved on this kernel.
-    ListReasons(Target),
+    /// `--list-profiles` (with --json: NDJSON).
+    ListProfiles { json: bool },
+    /// `--list-reasons`: the profile as resolved on this kernel (with
+    /// --json: one object).
+    ListReasons { target: Target, json: bool },
     /// Count calls, capture stacks, report.
     Trace(Box<Trace>),
     /// Attach tier 1 and pin it.
@@ -195,8 +200,72 @@ impl Plan {
                 false,
             ),
         };
-        Ok(Plan { job, verbose })
+        Ok(Plan {
+            job,
+            verbose,
+            warnings: idle_options(cli),
+        })
     }
+}
+
+/// Options given (not at their defaults) that the others make do nothing.
+fn idle_options(cli: &Cli) -> Vec<String> {
+    let d = Cli::try_parse_from(["topdown", "f"])
+        .map(|c| c.trace)
+        .expect("the defaults parse");
+    match &cli.command {
+        None => idle_trace(&cli.trace, &d),
+        Some(Command::Trace(t)) => idle_trace(t, &d),
+        Some(Command::Serve(s)) if !s.capture => given_trigger(&s.trigger, &d.trigger)
+            .into_iter()
+            .map(|o| format!("{o} does nothing without --capture"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The trigger's options given, with a value other than the default.
+fn given_trigger(t: &TriggerArgs, d: &TriggerArgs) -> Vec<&'static str> {
+    [
+        (t.threshold != d.threshold, "--threshold"),
+        (t.min_rate != d.min_rate, "--min-rate"),
+        (t.min_events != d.min_events, "--min-events"),
+        (t.max_rate != d.max_rate, "--max-rate"),
+    ]
+    .into_iter()
+    .filter_map(|(given, name)| given.then_some(name))
+    .collect()
+}
+
+fn idle_trace(t: &TraceArgs, d: &TraceArgs) -> Vec<String> {
+    let mut idle = Vec::new();
+    if t.no_auto {
+        for o in given_trigger(&t.trigger, &d.trigger) {
+            if o != "--max-rate" {
+                idle.push(format!(
+                    "{o} does nothing with --no-auto (capture never starts by itself)"
+                ));
+            }
+        }
+    }
+    if t.no_auto && t.stack_on.is_none() {
+        let c = &t.capture;
+        let given = [
+            (t.trigger.max_rate != d.trigger.max_rate, "--max-rate"),
+            (c.sample != d.capture.sample, "--sample"),
+            (c.depth != d.capture.depth, "--depth"),
+            (c.user_stacks, "--user-stacks"),
+        ];
+        for (_, o) in given.iter().filter(|(given, _)| *given) {
+            idle.push(format!(
+                "{o} does nothing with --no-auto and no --stack-on (no stack is captured)"
+            ));
+        }
+    }
+    if t.verify_drop != d.verify_drop && t.baseline.is_none() {
+        idle.push("--verify-drop does nothing without --baseline".to_string());
+    }
+    idle
 }
 
 /// A function whose name can name its pin directory: bpffs refuses dots
@@ -212,7 +281,7 @@ pub(crate) fn pinnable(func: &FuncName) -> Result<&FuncName> {
 
 fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     if t.list_profiles {
-        return Ok((Job::ListProfiles, t.verbose));
+        return Ok((Job::ListProfiles { json: t.json }, t.verbose));
     }
     // clap requires FUNC unless --list-profiles is given.
     let given = t
@@ -240,7 +309,10 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
             "--list-reasons resolves a profile on the kernel: not with -x",
         ));
     } else if t.list_reasons {
-        Job::ListReasons(target(&func, &t.profile)?)
+        Job::ListReasons {
+            target: target(&func, &t.profile)?,
+            json: t.json,
+        }
     } else {
         Job::Trace(Box::new(trace(&func, t)?))
     };

@@ -112,6 +112,47 @@ pub(crate) fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms)
     s
 }
 
+/// A function's addresses in this kernel, none if it is missing.
+fn address_list(ksyms: &Kallsyms, name: &str) -> Vec<serde_json::Value> {
+    ksyms
+        .function(name)
+        .map(|s| serde_json::json!({"name": s.name, "addr": format!("{:#x}", s.addr)}))
+        .collect()
+}
+
+/// The `--list-reasons --json` listing: one object with what `describe`
+/// prints, addresses as found in this kernel (empty: missing).
+pub(crate) fn describe_json(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms) -> String {
+    let names = |fs: &[String]| -> Vec<serde_json::Value> {
+        fs.iter()
+            .map(|f| serde_json::json!({"function": f, "addresses": address_list(ksyms, f)}))
+            .collect()
+    };
+    let reasons: Vec<serde_json::Value> = profile
+        .reasons
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "reason": r.name,
+                "description": r.description,
+                "callers": names(&r.callers),
+                "within": r.within.as_ref().map(|w| serde_json::json!({
+                    "functions": names(&w.functions),
+                    "depth": w.depth,
+                })),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "profile": profile.origin,
+        "function": profile.function,
+        "description": profile.description,
+        "reasons": reasons,
+        "missing": resolved.missing,
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +209,26 @@ mod tests {
             wrapped(&"x".repeat(100)),
             format!("  {}\n", "x".repeat(100))
         );
+    }
+
+    #[test]
+    fn the_json_listing_has_the_same_facts() {
+        let k = Kallsyms::parse(KSYMS);
+        let p = Profile::parse(GOOD, "t.toml").unwrap();
+        let r = resolve(&p, &k).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&describe_json(&p, &r, &k)).unwrap();
+        assert_eq!(v["profile"], "t.toml");
+        assert_eq!(v["function"], "deferred_split_folio");
+        let fault = &v["reasons"][0];
+        assert_eq!(fault["reason"], "FAULT");
+        assert_eq!(
+            fault["callers"][0]["function"],
+            "do_huge_pmd_anonymous_page"
+        );
+        assert_eq!(
+            fault["callers"][0]["addresses"][0]["addr"],
+            "0xffffffff81001000"
+        );
+        assert_eq!(v["missing"], serde_json::json!(r.missing));
     }
 }
