@@ -1,7 +1,6 @@
 //! Command-line interface: the flags and their syntax, nothing more.
 //! `plan` turns them into what to do.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
@@ -10,6 +9,7 @@ use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
 use crate::funcname::{self, FuncName};
 use crate::reasons::MAX_REASONS;
+use crate::serve::Listen;
 
 /// Where `topdown pin --sync` reads declared pins by default.
 pub const CONFIG_DIR: &str = "/etc/topdown/pins.d";
@@ -353,9 +353,10 @@ pub struct UnpinArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476")]
-    pub listen: SocketAddr,
+    /// Address and port to listen on: ADDR:PORT, [ADDR]:PORT, :PORT (all addresses) or localhost:PORT.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476",
+          value_parser = Listen::parse)]
+    pub listen: Listen,
 
     /// Run the trigger on every pinned function and capture the hot reason's stacks, served as pprof at /debug/pprof/topdown.
     #[arg(long)]
@@ -504,7 +505,7 @@ mod tests {
         let Some(Command::Serve(s)) = c.command else {
             panic!("{c:?}")
         };
-        assert!(s.listen.ip().is_loopback(), "localhost by default");
+        assert!(s.listen.is_loopback(), "localhost by default");
     }
 
     #[test]

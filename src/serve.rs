@@ -6,7 +6,8 @@
 //! meanwhile, as a gzipped pprof profile.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +28,82 @@ const PPROF_SECONDS: u64 = 30;
 const PPROF_MAX_SECONDS: u64 = 600;
 
 const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Where serve listens: `--listen` as exporters take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// Tried in order; the first that binds is served.
+    addrs: Vec<SocketAddr>,
+    /// `:PORT`: every address of the machine.
+    all: bool,
+}
+
+impl Listen {
+    /// `ADDR:PORT`, `[IPv6]:PORT`, `:PORT` (all addresses: IPv6 and, on a
+    /// dual-stack socket, IPv4; IPv4 alone where IPv6 is off) or
+    /// `localhost:PORT`.
+    pub fn parse(s: &str) -> std::result::Result<Listen, String> {
+        let bad = || {
+            format!(
+                "'{}' is not ADDR:PORT, [ADDR]:PORT, :PORT (all addresses) or localhost:PORT",
+                s.escape_debug()
+            )
+        };
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(Listen::from(a));
+        }
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let (addrs, all) = match host {
+            "" => (
+                vec![
+                    (Ipv6Addr::UNSPECIFIED, port).into(),
+                    (Ipv4Addr::UNSPECIFIED, port).into(),
+                ],
+                true,
+            ),
+            "localhost" => (
+                vec![
+                    (Ipv4Addr::LOCALHOST, port).into(),
+                    (Ipv6Addr::LOCALHOST, port).into(),
+                ],
+                false,
+            ),
+            _ => return Err(bad()),
+        };
+        Ok(Listen { addrs, all })
+    }
+
+    /// Whether only this machine can connect.
+    pub fn is_loopback(&self) -> bool {
+        self.addrs.iter().all(|a| a.ip().is_loopback())
+    }
+}
+
+impl From<SocketAddr> for Listen {
+    fn from(a: SocketAddr) -> Listen {
+        Listen {
+            addrs: vec![a],
+            all: false,
+        }
+    }
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.all, self.addrs.first()) {
+            (true, Some(a)) => write!(f, ":{} (all addresses)", a.port()),
+            (_, Some(a)) => write!(f, "{a}"),
+            (_, None) => f.write_str("nowhere"),
+        }
+    }
+}
+
+/// The start-up line: the address bound (its port, when 0 was asked for).
+fn serving_line(bound: SocketAddr, all: bool) -> String {
+    let all = if all { " on all addresses" } else { "" };
+    format!("topdown: serving http://{bound}/metrics{all}; Ctrl-C to end")
+}
 
 /// What serve --capture has captured, shared by the loop that steers
 /// capture and the HTTP side: each function's reason captured now, the
@@ -119,19 +196,20 @@ impl Captures {
 /// Serves until `stop` is set; `scrape` renders /metrics; `captures`, with
 /// --capture, feeds /debug/pprof/topdown.
 pub(crate) fn run(
-    listen: SocketAddr,
+    listen: &Listen,
     stop: &AtomicBool,
     scrape: impl Fn() -> Result<String> + Sync,
     captures: Option<&Captures>,
 ) -> Result<()> {
-    let server = Server::http(listen).map_err(|e| {
+    let server = Server::http(listen.addrs.as_slice()).map_err(|e| {
         Error::msg(format!(
             "cannot listen on {listen}: {e}; pick another address with --listen ADDR:PORT"
         ))
     })?;
-    eprintln!("topdown: serving http://{listen}/metrics; Ctrl-C to end");
+    let bound = server.server_addr().to_ip().unwrap_or(listen.addrs[0]);
+    eprintln!("{}", serving_line(bound, listen.all));
     if captures.is_some() {
-        eprintln!("topdown: serving captured stacks at http://{listen}/debug/pprof/topdown");
+        eprintln!("topdown: serving captured stacks at http://{bound}/debug/pprof/topdown");
     }
     notify_ready();
     std::thread::scope(|s| {
@@ -140,7 +218,7 @@ pub(crate) fn run(
                 Ok(Some(req)) => req,
                 Ok(None) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::msg(format!("serving {listen}: {e}"))),
+                Err(e) => return Err(Error::msg(format!("serving {bound}: {e}"))),
             };
             let path = req.url().split('?').next().unwrap_or("").to_string();
             match (req.method(), path.as_str(), captures) {
@@ -420,8 +498,10 @@ mod tests {
         let addr = probe.local_addr().unwrap();
         drop(probe);
         let stop = AtomicBool::new(false);
+        let listen = Listen::from(addr);
         std::thread::scope(|s| {
-            let server = s.spawn(|| run(addr, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
+            let server =
+                s.spawn(|| run(&listen, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
             let mut conn = None;
             for _ in 0..50 {
                 if let Ok(c) = TcpStream::connect(addr) {
@@ -441,7 +521,7 @@ mod tests {
             );
             assert!(reply.contains("application/openmetrics-text"), "{reply}");
             assert!(reply.ends_with("topdown_x 1\n# EOF\n"), "{reply}");
-            let e = run(addr, &AtomicBool::new(false), || Ok(String::new()), None)
+            let e = run(&listen, &AtomicBool::new(false), || Ok(String::new()), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(&format!("cannot listen on {addr}: ")), "{e}");
@@ -452,5 +532,46 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
             server.join().unwrap().unwrap();
         });
+    }
+
+    #[test]
+    fn listen_takes_what_exporters_take() {
+        let one = |s: &str| Listen::parse(s).unwrap();
+        assert_eq!(
+            one("127.0.0.1:9476"),
+            Listen::from(SocketAddr::from(([127, 0, 0, 1], 9476)))
+        );
+        assert_eq!(
+            one("[::1]:0").addrs,
+            ["[::1]:0".parse::<SocketAddr>().unwrap()]
+        );
+        let all = one(":9476");
+        assert!(all.all && !all.is_loopback());
+        assert_eq!(all.addrs[0], "[::]:9476".parse::<SocketAddr>().unwrap());
+        assert_eq!(all.addrs[1], "0.0.0.0:9476".parse::<SocketAddr>().unwrap());
+        assert_eq!(all.to_string(), ":9476 (all addresses)");
+        let local = one("localhost:9476");
+        assert!(local.is_loopback() && !local.all);
+        for bad in ["nowhere", "127.0.0.1", "example.org:80", ":x", ":70000", ""] {
+            let e = Listen::parse(bad).unwrap_err();
+            assert!(e.contains("is not ADDR:PORT"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_serving_line_names_the_port_bound() {
+        assert_eq!(
+            serving_line("[::1]:40123".parse().unwrap(), false),
+            "topdown: serving http://[::1]:40123/metrics; Ctrl-C to end"
+        );
+        assert!(serving_line("[::]:9476".parse().unwrap(), true).contains(" on all addresses;"));
+    }
+
+    /// Port 0: the server binds one, and that is the one served.
+    #[test]
+    fn port_zero_binds_a_real_port() {
+        let listen = Listen::parse("127.0.0.1:0").unwrap();
+        let server = Server::http(listen.addrs.as_slice()).unwrap();
+        assert_ne!(server.server_addr().to_ip().unwrap().port(), 0);
     }
 }

@@ -94,8 +94,9 @@ const CASES: &[Case] = &[
     case(&["unpin", ".."], 2, "it starts with '.'"),
     case(&["unpin", "../topdown"], 2, "it starts with '.'"),
     case(&["unpin", "vfs_read/.."], 2, "it has a '/' (a function's name, not a path)"),
-    case(&["serve", "--listen", "nowhere"], 2, "invalid socket address syntax"),
-    case(&["serve", "--listen", "127.0.0.1"], 2, "invalid socket address syntax"),
+    case(&["serve", "--listen", "nowhere"], 2, "is not ADDR:PORT"),
+    case(&["serve", "--listen", "127.0.0.1"], 2, "is not ADDR:PORT"),
+    case(&["serve", "--listen", "example.org:80"], 2, "is not ADDR:PORT"),
     case(&["serve", "vfs_read"], 2, "unexpected argument"),
     case(&["pin", "vfs_read", "--bogus"], 2, "(see topdown pin --help)"),
     // Other tools' habits: what to type instead.

@@ -2,7 +2,6 @@
 //! what. Everything that needs only the command line (and the files it
 //! names) is checked here, before the kernel is asked anything.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use crate::report::printer::Printer;
 use crate::report::saved;
 use crate::report::Saved;
 use crate::report::{Baseline, VerifyConfig};
+use crate::serve::Listen;
 use crate::session::{self, TriggerConfig};
 use crate::user::UserTarget;
 
@@ -56,7 +56,7 @@ pub enum Job {
     /// Serve the pinned functions' counters (and with `capture`, steer
     /// their stack capture and serve the stacks).
     Serve {
-        listen: SocketAddr,
+        listen: Listen,
         capture: Option<ServeCapture>,
     },
 }
@@ -191,7 +191,7 @@ impl Plan {
             ),
             Some(Command::Serve(s)) => (
                 Job::Serve {
-                    listen: s.listen,
+                    listen: s.listen.clone(),
                     capture: s.capture.then(|| ServeCapture {
                         trigger: trigger_config(&s.trigger),
                         max_rate: s.trigger.max_rate,
