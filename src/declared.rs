@@ -76,7 +76,8 @@ pub fn read_dir(dir: &Path) -> Result<(Vec<Declared>, Vec<Bad>)> {
             .unwrap_or_default();
         let parsed = check_owner(&path)
             .and_then(|()| {
-                fs::read_to_string(&path).map_err(|e| Error::msg(format!("cannot read it: {e}")))
+                crate::input::read_text(&path, crate::input::MAX_PROFILE)
+                    .map_err(|e| Error::msg(format!("cannot read it: {e}")))
             })
             .map_err(|e| e.to_string())
             .and_then(|text| parse(&file, &text));

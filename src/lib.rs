@@ -40,6 +40,7 @@ mod funcname;
 #[cfg(test)]
 mod fuzz;
 mod host;
+mod input;
 pub mod jobs;
 mod kallsyms;
 mod output;

@@ -112,6 +112,8 @@ const CASES: &[Case] = &[
     case(&["vfs_read", "--reasons", "{d}/no-such.toml"], 2, ": No such file or directory (os error 2)"),
     case(&["vfs_read", "--reasons", "{d}/bad.toml"], 2, ":1: key with no value, expected `=`"),
     case(&["vfs_read", "--reasons", "{d}/empty.toml"], 2, ":1: missing field `version`"),
+    case(&["vfs_read", "--reasons", "/dev/zero"], 2, ": it is larger than 1 MiB"),
+    case(&["vfs_read", "--baseline", "/dev/zero"], 2, "it is larger than 64 MiB"),
     case(&["vfs_read", "--rules", "A"], 2, "--rules"),
     case(&["vfs_read", "--rules", "=b"], 2, "--rules"),
     case(&["vfs_read", "--rules", "A="], 2, "--rules"),

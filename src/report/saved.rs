@@ -191,7 +191,7 @@ impl Saved {
     /// Reads a baseline file: a one-line error naming the file otherwise.
     pub(crate) fn load(path: &Path, func: Option<&str>) -> Result<Saved> {
         let name = path.display();
-        let text = fs::read_to_string(path)
+        let text = crate::input::read_text(path, crate::input::MAX_RESULT)
             .map_err(|e| Error::msg(format!("baseline {name}: cannot read it: {e}")))?;
         Saved::parse(&text, func).map_err(|why| Error::msg(format!("baseline {name}: {why}")))
     }
