@@ -377,6 +377,36 @@ pub enum CompanionKind {
     Bare,
 }
 
+/// The command as shell completions offer it: the visible arguments and
+/// commands. clap_complete lists hidden options too (test hooks such as
+/// --companion), so each command is rebuilt from its visible arguments,
+/// keeping their relations (conflicts, groups), which the zsh script uses,
+/// and the texts completions show.
+pub fn completion_command() -> clap::Command {
+    fn visible(full: &clap::Command) -> clap::Command {
+        let leak = |s: &str| -> &'static str { s.to_owned().leak() };
+        let mut cmd = clap::Command::new(leak(full.get_name()));
+        if let Some(v) = full.get_version() {
+            cmd = cmd.version(leak(v));
+        }
+        if let Some(about) = full.get_about() {
+            cmd = cmd.about(about.clone());
+        }
+        if let Some(about) = full.get_long_about() {
+            cmd = cmd.long_about(about.clone());
+        }
+        cmd = cmd
+            .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+            .groups(full.get_groups().cloned());
+        for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+            cmd = cmd.subcommand(visible(sub));
+        }
+        cmd
+    }
+    use clap::CommandFactory;
+    visible(&Cli::command())
+}
+
 /// Seconds within [lo, hi]: bounded so that a typo neither spins the
 /// interval loop nor overflows a Duration.
 fn secs_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
