@@ -204,6 +204,10 @@ pub struct TraceArgs {
     #[command(flatten)]
     pub capture: CaptureArgs,
 
+    /// Most reasons on an interval's table, the others summed on one line (the summary and --json show all).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = at_least_one)]
+    pub rows: usize,
+
     /// Distinct stacks shown per interval and in the summary.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = at_least_one)]
     pub top: usize,

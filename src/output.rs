@@ -5,6 +5,22 @@
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Standard output's width in columns: the terminal's, else $COLUMNS;
+/// none for a file or a pipe, which get whole names.
+pub fn terminal_width() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ fills the winsize it is given, on any fd.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    if unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col > 0
+    {
+        return Some(usize::from(ws.ws_col));
+    }
+    std::env::var("COLUMNS")
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|&c| c > 0)
+}
+
 /// A writer that turns EPIPE into the end of printing: what follows is
 /// dropped, and the flag given to `ending` is set. Any other error is
 /// returned.

@@ -55,6 +55,7 @@ const CASES: &[Case] = &[
     case(&["vfs_read", "--max-reasons", "254"], 2, "is not in 1..="),
     case(&["vfs_read", "--top", "-1"], 2, "unexpected argument"),
     case(&["vfs_read", "--top", "0"], 2, "is not a number of 1 or more"),
+    case(&["vfs_read", "--rows", "0"], 2, "is not a number of 1 or more"),
     case(&["vfs_read", "--verify-drop", "101"], 2, "is not a percentage in [0, 100]"),
     case(&["vfs_read", "--verify-drop", "-1"], 2, "unexpected argument"),
     case(&["vfs_read", "--rules", "A=b", "--no-profile"], 2, "cannot be used with"),

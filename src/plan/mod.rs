@@ -575,6 +575,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             quiet: t.quiet,
             verify_caller: t.verify_caller,
             top: t.top,
+            rows: t.rows,
             baseline,
             max_rate: t.trigger.max_rate,
             verbose: t.verbose,

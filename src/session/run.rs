@@ -17,6 +17,7 @@ use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup};
 use crate::report::compare::{self, Side};
 use crate::report::printer::Printer;
+use crate::report::text::Fit;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
 use crate::symbolize::Symbols;
 
@@ -38,6 +39,8 @@ pub(crate) struct Options {
     pub(crate) quiet: bool,
     pub(crate) verify_caller: bool,
     pub(crate) top: usize,
+    /// Most reasons on an interval's table (--rows).
+    pub(crate) rows: usize,
     /// Compare every interval and the summary with this.
     pub(crate) baseline: Option<Baseline>,
     /// Most stacks captured per second, over all CPUs.
@@ -309,7 +312,15 @@ impl<'a, 'obj> Run<'a, 'obj> {
             ));
         }
         if !self.opts.quiet {
-            emit(out, &self.opts.printer.interval(&report, self.opts.top))?;
+            // The screen's width now: a terminal may be resized mid-run.
+            let fit = Fit {
+                rows: self.opts.rows,
+                width: crate::output::terminal_width(),
+            };
+            emit(
+                out,
+                &self.opts.printer.interval(&report, self.opts.top, fit),
+            )?;
         }
         self.last = now;
         while self.next_print <= now {
