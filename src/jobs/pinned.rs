@@ -134,6 +134,15 @@ pub fn sync(dir: &Path) -> Result<()> {
     for b in &bad {
         report(&b.file, &b.error);
     }
+    // Without kallsyms the check is left out: sync_one says why it fails.
+    if let Ok(ksyms) = host::load_kallsyms() {
+        for d in &declared {
+            let is_function = |name: &str| ksyms.function(name).next().is_some();
+            if let Some(w) = declared::misnamed(d, is_function) {
+                eprintln!("topdown: {}: {w}", dir.join(&d.file).display());
+            }
+        }
+    }
     let mut changed = 0usize;
     for d in &declared {
         match sync_one(d) {
