@@ -220,11 +220,21 @@ pub(crate) fn check_writable(path: &Path, option: &str) -> Result<()> {
             .map_err(|e| fail(e.to_string()));
     }
     let probe = sibling(path, "probe");
+    // The file is made in its directory: say which, as the errno alone
+    // misleads (`--save /proc/version`: ENOENT for a file that exists).
+    let dir = match path.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new("."),
+        Some(d) => d,
+        None => Path::new("/"),
+    };
+    if !dir.is_dir() {
+        return Err(fail(format!("no directory {}", dir.display())));
+    }
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&probe)
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail(format!("cannot create a file in {}: {e}", dir.display())))?;
     let _ = fs::remove_file(&probe);
     Ok(())
 }
