@@ -29,7 +29,9 @@ pub fn list_profiles(json: bool) -> Result<()> {
 pub fn list_reasons(t: &Target, json: bool) -> Result<()> {
     let ksyms = host::load_kallsyms()?;
     let text = match (&t.profile, json) {
-        (Some(p), false) => profile::describe(p, &profile::resolve(p, &ksyms)?, &ksyms),
+        (Some(p), false) => {
+            profile::describe(p, &profile::resolve(p, &ksyms)?, &ksyms, t.users_own)
+        }
         (Some(p), true) => profile::describe_json(p, &profile::resolve(p, &ksyms)?, &ksyms) + "\n",
         (None, false) => {
             host::resolve_function(&ksyms, &t.func)?;

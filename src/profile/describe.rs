@@ -49,7 +49,14 @@ fn wrapped(text: &str) -> String {
 /// The `--list-reasons` listing: each reason with its description, callers
 /// and `within` functions as found in this kernel, then what the BPF side
 /// will do and what is missing.
-pub(crate) fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms) -> String {
+/// `users_own`: close names are suggested for missing ones (a built-in
+/// profile's are from other kernel versions, not typos).
+pub(crate) fn describe(
+    profile: &Profile,
+    resolved: &Resolved,
+    ksyms: &Kallsyms,
+    users_own: bool,
+) -> String {
     let mut s = String::new();
     let _ = write!(s, "Reason profile: {}", profile.origin);
     if let Some(f) = &profile.function {
@@ -107,7 +114,17 @@ pub(crate) fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms)
     }
     s.push_str("Callers not listed count under their own name.\n");
     if !resolved.missing.is_empty() {
-        let _ = writeln!(s, "missing on this kernel: {}", resolved.missing.join(", "));
+        let named: Vec<String> = resolved
+            .missing
+            .iter()
+            .map(
+                |m| match ksyms.suggest(m, 1).first().filter(|_| users_own) {
+                    Some(c) => format!("{m} (did you mean {c}?)"),
+                    None => m.clone(),
+                },
+            )
+            .collect();
+        let _ = writeln!(s, "missing on this kernel: {}", named.join(", "));
     }
     s
 }
@@ -164,7 +181,7 @@ mod tests {
         let k = Kallsyms::parse(KSYMS);
         let p = Profile::parse(GOOD, "t.toml").unwrap();
         let r = resolve(&p, &k).unwrap();
-        let s = describe(&p, &r, &k);
+        let s = describe(&p, &r, &k, true);
         assert!(
             s.starts_with("Reason profile: t.toml, for deferred_split_folio\n  test profile\n"),
             "{s}"
@@ -230,5 +247,19 @@ mod tests {
             "0xffffffff81001000"
         );
         assert_eq!(v["missing"], serde_json::json!(r.missing));
+    }
+
+    #[test]
+    fn a_users_missing_caller_gets_the_close_name() {
+        let k = Kallsyms::parse("ffffffff81000000 T ksys_read\n");
+        let p = Profile::inline("A=ksys_reda").unwrap();
+        let r = resolve(&p, &k).unwrap();
+        let s = describe(&p, &r, &k, true);
+        assert!(
+            s.ends_with("missing on this kernel: ksys_reda (did you mean ksys_read?)\n"),
+            "{s}"
+        );
+        let s = describe(&p, &r, &k, false);
+        assert!(s.ends_with("missing on this kernel: ksys_reda\n"), "{s}");
     }
 }
