@@ -236,6 +236,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
 
+    /// With --baseline: a fix is not verified if another reason rose past --threshold in place of the hot one.
+    #[arg(long, requires = "baseline")]
+    pub fail_on_move: bool,
+
     /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
     #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "result")]
     pub fix: Option<String>,
@@ -329,6 +333,10 @@ pub struct ShowArgs {
     /// With --baseline: how much (percent) the baseline's hot reason's rate must fall.
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
+
+    /// With --baseline: a fix is not verified if another reason rose past --threshold in place of the hot one.
+    #[arg(long, requires = "baseline")]
+    pub fail_on_move: bool,
 
     /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
     #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "show_result")]

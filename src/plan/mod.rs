@@ -346,6 +346,7 @@ fn show(s: &ShowArgs) -> Result<Show> {
     let verify = VerifyConfig {
         threshold: s.threshold,
         drop: s.verify_drop,
+        fail_on_move: s.fail_on_move,
     };
     let baseline = baseline(
         s.baseline.as_ref(),
@@ -520,6 +521,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
     let verify = VerifyConfig {
         threshold: t.trigger.threshold,
         drop: t.verify_drop,
+        fail_on_move: t.fail_on_move,
     };
     // Files first: a bad one is refused before anything is loaded.
     let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
