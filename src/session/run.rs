@@ -99,6 +99,25 @@ pub(super) struct Run<'a, 'obj> {
     next_print: Instant,
     next_tick: Instant,
     next_refill: Instant,
+    /// Whether a busy uprobe was warned about (once a run).
+    busy_warned: bool,
+}
+
+/// Calls a second of a user-space function, with no --pid, at which the
+/// traps' cost is worth a warning: at a microsecond or more each, a tenth
+/// of a CPU and up.
+const BUSY_UPROBE: f64 = 100_000.0;
+
+/// The warning for a uprobe on `func` at `rate` calls a second in every
+/// process, if that is busy.
+fn busy_uprobe(func: &str, rate: f64) -> Option<String> {
+    (rate >= BUSY_UPROBE).then(|| {
+        format!(
+            "{func} is called {rate:.0} times a second in every process that maps it, and each \
+             call traps into the kernel (a microsecond or more): limit it with -p PID, or end \
+             the run soon"
+        )
+    })
 }
 
 impl<'a, 'obj> Run<'a, 'obj> {
@@ -178,6 +197,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             next_print: start + opts.interval,
             next_tick: start + TICK,
             next_refill: start + REFILL,
+            busy_warned: false,
         })
     }
 
@@ -298,6 +318,13 @@ impl<'a, 'obj> Run<'a, 'obj> {
             &self.mapper.reasons,
             (unix_now(), report::time::clock()),
         );
+        let everywhere = self.probe.mode() == Mode::Uprobe && self.filter.tgids().is_empty();
+        if everywhere && !self.busy_warned {
+            if let Some(w) = busy_uprobe(self.probe.func(), report.calls.rate) {
+                eprintln!("topdown: warning: {w}");
+                self.busy_warned = true;
+            }
+        }
         if let (Some(b), Some(before)) = (&self.opts.baseline, &self.before) {
             let named = named(self.mapper);
             report.compare = Some(compare::changes(
@@ -431,4 +458,20 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
 /// Every reason named so far, special slots aside.
 fn named(mapper: &Mapper) -> Vec<String> {
     mapper.reasons.reason_names().map(String::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_uprobe_everywhere_is_warned_about() {
+        assert_eq!(busy_uprobe("malloc", 99_999.0), None);
+        let w = busy_uprobe("malloc", 535_205.1).unwrap();
+        assert!(
+            w.starts_with("malloc is called 535205 times a second"),
+            "{w}"
+        );
+        assert!(w.contains("-p PID"), "{w}");
+    }
 }
