@@ -8,8 +8,8 @@ use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
 use crate::funcname::{self, FuncName};
+use crate::listen::Listen;
 use crate::reasons::MAX_REASONS;
-use crate::serve::Listen;
 
 /// Where `topdown pin --sync` reads declared pins by default.
 pub const CONFIG_DIR: &str = "/etc/topdown/pins.d";

@@ -130,6 +130,23 @@ fn is_file_like(s: &str) -> bool {
     s.contains('/') || s == "c" || s.starts_with("lib") || s.contains(".so")
 }
 
+/// topdown's commands: a FUNC that looks like one is likely a misspelling.
+pub const COMMANDS: [&str; 5] = ["trace", "pin", "show", "unpin", "serve"];
+
+/// The command `name` is, or looks like a misspelling of: one edit away,
+/// or the same letters in another order (`shwo`).
+pub fn command_like(name: &str) -> Option<String> {
+    let letters = |s: &str| {
+        let mut v: Vec<char> = s.chars().collect();
+        v.sort_unstable();
+        v
+    };
+    COMMANDS
+        .iter()
+        .find(|c| crate::kallsyms::distance(name, c) <= 1 || letters(name) == letters(c))
+        .map(|c| c.to_string())
+}
+
 impl Deref for FuncName {
     type Target = str;
     fn deref(&self) -> &str {

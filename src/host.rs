@@ -135,7 +135,7 @@ pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
         }
         close.truncate(5);
     }
-    let hint = match (crate::usage::command_like(func), close.is_empty()) {
+    let hint = match (crate::funcname::command_like(func), close.is_empty()) {
         // `topdown shwo`: a command misspelled, not a function.
         (Some(cmd), _) => format!("did you mean the command topdown {cmd}?"),
         (None, true) => "check the spelling, or load the module that has it".to_string(),

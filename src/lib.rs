@@ -43,6 +43,7 @@ mod host;
 mod input;
 pub mod jobs;
 mod kallsyms;
+pub mod listen;
 mod output;
 pub mod plan;
 mod profile;

@@ -6,7 +6,6 @@
 use clap::{CommandFactory, Parser};
 
 use crate::cli::Cli;
-use crate::kallsyms::distance;
 
 /// The commands' names.
 fn commands() -> Vec<String> {
@@ -14,19 +13,6 @@ fn commands() -> Vec<String> {
         .get_subcommands()
         .map(|c| c.get_name().to_string())
         .collect()
-}
-
-/// The command `name` is, or looks like a misspelling of: one edit away,
-/// or the same letters in another order (`shwo`).
-pub fn command_like(name: &str) -> Option<String> {
-    let letters = |s: &str| {
-        let mut v: Vec<char> = s.chars().collect();
-        v.sort_unstable();
-        v
-    };
-    commands()
-        .into_iter()
-        .find(|c| distance(name, c) <= 1 || letters(name) == letters(c))
 }
 
 /// The one line (without "topdown: ") for clap's error `e` on `args`
@@ -140,6 +126,7 @@ fn shell_line(args: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::funcname::command_like;
 
     fn line(args: &[&str]) -> String {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -182,6 +169,11 @@ mod tests {
         assert!(l.ends_with("(see topdown serve --help)"), "{l}");
         let l = line(&["topdown", "vfs_read", "--bogus"]);
         assert!(l.ends_with("(see topdown --help)"), "{l}");
+    }
+
+    #[test]
+    fn the_command_names_are_claps() {
+        assert_eq!(crate::funcname::COMMANDS.to_vec(), commands());
     }
 
     #[test]

@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::funcname::FuncName;
 use crate::host;
 use crate::kallsyms::Kallsyms;
+use crate::listen::Listen;
 use crate::plan;
 use crate::report;
-use crate::serve::{self, Listen};
+use crate::serve;
 use crate::session::watch::Watch;
 
 use super::common::stop_on_signals;

@@ -16,12 +16,12 @@ use crate::cli::{
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::funcname::{self, FuncName, Hook};
+use crate::listen::Listen;
 use crate::profile::{self, Profile};
 use crate::report::printer::Printer;
 use crate::report::saved;
 use crate::report::Saved;
 use crate::report::{Baseline, VerifyConfig};
-use crate::serve::Listen;
 use crate::session::{self, TriggerConfig};
 use crate::user::UserTarget;
 

@@ -6,6 +6,7 @@
 //! never each other in a circle.
 
 pub(crate) mod compare;
+pub(crate) mod fit;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod flamegraph;

@@ -25,7 +25,12 @@ impl Printer {
 
     /// One interval's counts, with the `top` stacks; a table fits `fit`
     /// (JSON is complete).
-    pub(crate) fn interval(self, iv: &IntervalReport, top: usize, fit: text::Fit) -> String {
+    pub(crate) fn interval(
+        self,
+        iv: &IntervalReport,
+        top: usize,
+        fit: crate::report::fit::Fit,
+    ) -> String {
         match self {
             Printer::Text => text::interval(iv, top, fit),
             Printer::Json => json::interval(iv, top) + "\n",

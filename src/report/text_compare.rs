@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::text::{elide, Fit};
+use crate::report::fit::{elide, Fit};
 use crate::report::time::clock_at;
 use crate::report::{calls, Change, Comparison, Fig, FixApplied, LoadMoved};
 

@@ -16,8 +16,8 @@ use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup};
 use crate::report::compare::{self, Side};
+use crate::report::fit::Fit;
 use crate::report::printer::Printer;
-use crate::report::text::Fit;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
 use crate::symbolize::Symbols;
 
