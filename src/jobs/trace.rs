@@ -112,6 +112,9 @@ fn trace_user(t: Trace) -> Result<Status> {
     let (mut probe, mut mapper, stack_on) = start::start_user(&mut storage, &t, &user.func)?;
     let pids: Vec<i32> = t.filter.tgids().iter().map(|&p| p as i32).collect();
     let bare = t.companion == Some(crate::bpf::probe::Companion::Bare);
+    // topdown's own calls (setting up the run allocates) are left out
+    // from the first one, not from when the run starts.
+    probe.maps().own(std::process::id());
     probe.attach_uprobes(&user.path, user.offset as usize, &pids, bare)?;
     eprintln!("topdown: tracing {} with a uprobe", user.describe());
     if let Some(f) = t.filter.describe() {

@@ -255,10 +255,18 @@ impl<'a, 'obj> Run<'a, 'obj> {
         deadline
     }
 
-    /// Sleeps up to `timeout` (its own calls counted meanwhile), taking in
-    /// the samples delivered.
+    /// Sleeps up to `timeout` (its own calls of a kernel function counted
+    /// meanwhile), taking in the samples delivered.
     fn wait(&mut self, timeout: Duration) -> Result<()> {
-        self.probe.maps().own(0);
+        // The system call topdown sleeps in may call a kernel function:
+        // counted, one call a reading (see topdown(8)). A user-space
+        // function called in topdown's process is only ever its own call
+        // (the ring buffer's callback allocates): left out.
+        let asleep = match self.probe.mode() {
+            Mode::Uprobe => self.own,
+            _ => 0,
+        };
+        self.probe.maps().own(asleep);
         let waited = self.stacks.wait(timeout);
         self.probe.maps().own(self.own);
         waited?;
