@@ -1,5 +1,5 @@
 //! Generates the files the package installs besides the binary: shell
-//! completions from the clap definition, and a copy of the hand-written
+//! completions from the clap definition (its commands included), and a copy of the hand-written
 //! manual page.
 //!
 //! usage: cargo run --release --example gen-assets -- DIR
@@ -11,10 +11,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Command, CommandFactory};
 use clap_complete::{generate, Shell};
 
-use topdown::cli::Cli;
+use topdown::cli::completion_command;
 
 /// The shells completed, and the file each one's script goes to.
 const COMPLETIONS: [(Shell, &str); 3] = [
@@ -50,7 +49,7 @@ fn run(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for (shell, name) in COMPLETIONS {
         let mut script = Vec::new();
-        let mut cmd = visible_command();
+        let mut cmd = completion_command();
         let bin = cmd.get_name().to_string();
         generate(shell, &mut cmd, bin, &mut script);
         written.push(write(dir, name, &script)?);
@@ -61,27 +60,6 @@ fn run(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let page = fs::read(&man).map_err(|e| format!("cannot read {}: {e}", man.display()))?;
     written.push(write(dir, MAN_PAGE, &page)?);
     Ok(written)
-}
-
-/// The command as the completions offer it. clap_complete lists hidden
-/// options too (test hooks such as --companion), so the command is rebuilt
-/// from the visible arguments, with the name, version and about texts that
-/// completions use. The arguments keep their relations (conflicts), which
-/// the zsh script uses.
-fn visible_command() -> Command {
-    let full = Cli::command();
-    let leak = |s: &str| -> &'static str { s.to_owned().leak() };
-    let mut cmd = Command::new(leak(full.get_name()));
-    if let Some(v) = full.get_version() {
-        cmd = cmd.version(leak(v));
-    }
-    if let Some(about) = full.get_about() {
-        cmd = cmd.about(about.clone());
-    }
-    if let Some(about) = full.get_long_about() {
-        cmd = cmd.long_about(about.clone());
-    }
-    cmd.args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned())
 }
 
 /// Writes `DIR/NAME` only if its content changes, so that a packaging run

@@ -1,7 +1,6 @@
 //! Command-line interface: the flags and their syntax, nothing more.
 //! `plan` turns them into what to do.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
@@ -9,6 +8,7 @@ use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use crate::bpf::abi::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
 use crate::funcname::{self, FuncName};
+use crate::listen::Listen;
 use crate::reasons::MAX_REASONS;
 
 /// Where `topdown pin --sync` reads declared pins by default.
@@ -158,9 +158,8 @@ pub struct TriggerArgs {
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
     /// Kernel function to trace (with -x: a function in that file).
-    #[arg(value_name = "FUNC", required_unless_present = "list_profiles",
-          value_parser = funcname::parse_trace_arg)]
-    pub func: Option<FuncName>,
+    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
+    pub func: Option<String>,
 
     /// Trace FUNC in this program or library with a uprobe: a path, or a library name as bcc takes it (c: the C library).
     #[arg(short = 'x', long = "binary", value_name = "PATH")]
@@ -205,8 +204,12 @@ pub struct TraceArgs {
     #[command(flatten)]
     pub capture: CaptureArgs,
 
+    /// Most reasons on an interval's table, the others summed on one line (the summary and --json show all).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = at_least_one)]
+    pub rows: usize,
+
     /// Distinct stacks shown per interval and in the summary.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = at_least_one)]
     pub top: usize,
 
     /// Write captured stacks, folded (flame graph input), to FILE at exit.
@@ -232,6 +235,10 @@ pub struct TraceArgs {
     /// With --baseline: how much (percent) the baseline's hot reason's rate must fall for a verified fix.
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
+
+    /// With --baseline: a fix is not verified if another reason rose past --threshold in place of the hot one.
+    #[arg(long, requires = "baseline")]
+    pub fail_on_move: bool,
 
     /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
     #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "result")]
@@ -327,6 +334,10 @@ pub struct ShowArgs {
     #[arg(long, value_name = "PCT", default_value_t = 50.0, value_parser = drop_percent)]
     pub verify_drop: f64,
 
+    /// With --baseline: a fix is not verified if another reason rose past --threshold in place of the hot one.
+    #[arg(long, requires = "baseline")]
+    pub fail_on_move: bool,
+
     /// With --save or --baseline: what the fix was (a commit, a package version, a setting), kept in the result.
     #[arg(long, value_name = "TEXT", value_parser = fix_text, requires = "show_result")]
     pub fix: Option<String>,
@@ -354,9 +365,10 @@ pub struct UnpinArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476")]
-    pub listen: SocketAddr,
+    /// Address and port to listen on: ADDR:PORT, [ADDR]:PORT, :PORT (all addresses) or localhost:PORT.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9476",
+          value_parser = Listen::parse)]
+    pub listen: Listen,
 
     /// Run the trigger on every pinned function and capture the hot reason's stacks, served as pprof at /debug/pprof/topdown.
     #[arg(long)]
@@ -377,6 +389,36 @@ pub enum CompanionKind {
     Bare,
 }
 
+/// The command as shell completions offer it: the visible arguments and
+/// commands. clap_complete lists hidden options too (test hooks such as
+/// --companion), so each command is rebuilt from its visible arguments,
+/// keeping their relations (conflicts, groups), which the zsh script uses,
+/// and the texts completions show.
+pub fn completion_command() -> clap::Command {
+    fn visible(full: &clap::Command) -> clap::Command {
+        let leak = |s: &str| -> &'static str { s.to_owned().leak() };
+        let mut cmd = clap::Command::new(leak(full.get_name()));
+        if let Some(v) = full.get_version() {
+            cmd = cmd.version(leak(v));
+        }
+        if let Some(about) = full.get_about() {
+            cmd = cmd.about(about.clone());
+        }
+        if let Some(about) = full.get_long_about() {
+            cmd = cmd.long_about(about.clone());
+        }
+        cmd = cmd
+            .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+            .groups(full.get_groups().cloned());
+        for sub in full.get_subcommands().filter(|s| !s.is_hide_set()) {
+            cmd = cmd.subcommand(visible(sub));
+        }
+        cmd
+    }
+    use clap::CommandFactory;
+    visible(&Cli::command())
+}
+
 /// Seconds within [lo, hi]: bounded so that a typo neither spins the
 /// interval loop nor overflows a Duration.
 fn secs_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
@@ -395,6 +437,14 @@ fn interval_secs(s: &str) -> Result<f64, String> {
 
 fn duration_secs(s: &str) -> Result<f64, String> {
     secs_in(s, 0.001, 1e9)
+}
+
+/// A count of one or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a number of 1 or more")),
+    }
 }
 
 fn rate(s: &str) -> Result<f64, String> {
@@ -497,7 +547,7 @@ mod tests {
         let Some(Command::Serve(s)) = c.command else {
             panic!("{c:?}")
         };
-        assert!(s.listen.ip().is_loopback(), "localhost by default");
+        assert!(s.listen.is_loopback(), "localhost by default");
     }
 
     #[test]
@@ -540,6 +590,7 @@ mod tests {
             &["topdown", "f", "--rules", "A=b", "--no-profile"],
             &["topdown", "f", "--max-reasons", "254"],
             &["topdown", "f", "--companion", "kprobe"],
+            &["topdown", "f", "--top", "0"],
             &["topdown", "f", "--verify-drop", "-1"],
             &["topdown", "show", "--verify-drop", "101"],
             &["topdown"],

@@ -76,7 +76,8 @@ pub fn read_dir(dir: &Path) -> Result<(Vec<Declared>, Vec<Bad>)> {
             .unwrap_or_default();
         let parsed = check_owner(&path)
             .and_then(|()| {
-                fs::read_to_string(&path).map_err(|e| Error::msg(format!("cannot read it: {e}")))
+                crate::input::read_text(&path, crate::input::MAX_PROFILE)
+                    .map_err(|e| Error::msg(format!("cannot read it: {e}")))
             })
             .map_err(|e| e.to_string())
             .and_then(|text| parse(&file, &text));
@@ -95,6 +96,20 @@ pub fn read_dir(dir: &Path) -> Result<(Vec<Declared>, Vec<Bad>)> {
         }
     }
     Ok((good, bad))
+}
+
+/// A warning when `d`'s file is named after another kernel function than
+/// the one it declares (`vfs_read.toml` pinning vfs_write): applied all
+/// the same, as a file may have any name, but not without a word.
+pub fn misnamed(d: &Declared, is_function: impl Fn(&str) -> bool) -> Option<String> {
+    let stem = d.file.strip_suffix(".toml").unwrap_or(&d.file);
+    (stem != d.function.as_str() && is_function(stem)).then(|| {
+        format!(
+            "warning: it declares {f}, not the kernel function {stem} it is named after: \
+             rename it {f}.toml",
+            f = d.function
+        )
+    })
 }
 
 /// A file root acts on must be root's and writable by root alone.
@@ -391,5 +406,21 @@ mod tests {
             e.starts_with(&format!("cannot read {}: ", dir.display())),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_file_named_after_another_function_is_warned_about() {
+        let d = parse("vfs_read.toml", "function = \"vfs_write\"").unwrap();
+        let kernel = |f: &str| ["vfs_read", "vfs_write"].contains(&f);
+        let w = misnamed(&d, kernel).unwrap();
+        assert!(
+            w.contains("declares vfs_write, not the kernel function vfs_read"),
+            "{w}"
+        );
+        assert!(w.ends_with("rename it vfs_write.toml"), "{w}");
+        let d = parse("new.toml", "function = \"vfs_open\"").unwrap();
+        assert_eq!(misnamed(&d, kernel), None);
+        let d = parse("vfs_write.toml", "function = \"vfs_write\"").unwrap();
+        assert_eq!(misnamed(&d, kernel), None);
     }
 }

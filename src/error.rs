@@ -6,7 +6,8 @@ use std::fmt;
 pub struct Error {
     msg: String,
     errno: Option<i32>,
-    /// A usage error (exit status 2): options that cannot go together.
+    /// A usage error (exit status 2): the command line, or a file or value
+    /// it names, is wrong.
     usage: bool,
 }
 
@@ -27,6 +28,14 @@ impl Error {
         Error {
             usage: true,
             ..Error::msg(msg)
+        }
+    }
+
+    /// The same error, as a usage error: it comes from what the user gave.
+    pub(crate) fn into_usage(self) -> Self {
+        Error {
+            usage: true,
+            ..self
         }
     }
 

@@ -55,18 +55,96 @@ pub fn parse_arg(s: &str) -> Result<FuncName, String> {
     FuncName::parse(s).map_err(|why| format!("not a kernel function name: {why}"))
 }
 
-/// clap's value parser for the traced FUNC: as `parse_arg`, and bcc's and
-/// bpftrace's `PATH:FUNC` (`c:malloc`, `uprobe:/lib/libc.so.6:free`) is
-/// refused with the `-x` form to use instead.
-pub fn parse_trace_arg(s: &str) -> Result<FuncName, String> {
-    let spec = s.strip_prefix("uprobe:").unwrap_or(s);
-    parse_arg(s).map_err(|why| match spec.rsplit_once(':') {
-        Some((path, name)) => format!(
-            "{why}; a function in a program or library is named with -x PATH FUNC \
-             (here: -x {path} {name}), not PATH:FUNC"
-        ),
-        None => why,
+/// How a probe-type prefix on a traced FUNC asks for it to be hooked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// `p:`, `k:`, `kprobe:` (perf, bcc, bpftrace): a kprobe, as --kprobe.
+    Kprobe,
+    /// `f:`, `fentry:`, `kfunc:` (bpftrace): topdown's default, fentry.
+    Fentry,
+}
+
+/// Probe-type prefixes other tools put before a kernel function, longest
+/// first (`p::` is bcc trace's, with an empty module).
+const HOOK_PREFIXES: [(&str, Hook); 7] = [
+    ("kprobe:", Hook::Kprobe),
+    ("fentry:", Hook::Fentry),
+    ("kfunc:", Hook::Fentry),
+    ("p::", Hook::Kprobe),
+    ("p:", Hook::Kprobe),
+    ("k:", Hook::Kprobe),
+    ("f:", Hook::Fentry),
+];
+
+/// The traced FUNC as given, checked: a kernel function's name, or with
+/// `-x` (`user`) a symbol of that file. For a kernel function the probe
+/// types of perf, bcc and bpftrace (`p:vfs_read`, `kprobe:vfs_read`,
+/// `kfunc:vfs_read`) are taken, and `module:func` is the function alone.
+/// The error completes "topdown: ".
+pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>), String> {
+    if user {
+        if s.contains("::") || s.contains('(') {
+            return Err(format!(
+                "'{s}' is a demangled name: -x looks a function up as the file's symbol \
+                 table spells it, mangled for C++ and Rust (nm -D FILE lists them)"
+            ));
+        }
+        return FuncName::parse(s)
+            .map(|f| (f, None))
+            .map_err(|why| format!("'{}' is not a function name: {why}", s.escape_debug()));
+    }
+    let (name, hook) = HOOK_PREFIXES
+        .iter()
+        .find_map(|&(p, h)| s.strip_prefix(p).map(|rest| (rest, Some(h))))
+        .unwrap_or((s, None));
+    // bpftrace's kfunc:MODULE:FUNC, and MODULE:FUNC: the function alone,
+    // as kallsyms is searched by name. A path or library is -x's.
+    let name = match name.split_once(':') {
+        Some((module, func)) if !is_file_like(module) && !func.contains(':') => func,
+        _ => name,
+    };
+    FuncName::parse(name).map(|f| (f, hook)).map_err(|why| {
+        let why = format!(
+            "'{}' is not a kernel function name: {why}",
+            s.escape_debug()
+        );
+        let spec = s.strip_prefix("uprobe:").unwrap_or(s);
+        match spec.rsplit_once(':') {
+            Some((path, func))
+                if hook.is_none() && is_file_like(path) && FuncName::parse(func).is_ok() =>
+            {
+                format!(
+                    "{why}; a function in a program or library is named with -x PATH FUNC \
+                     (here: -x {path} {func}), not PATH:FUNC"
+                )
+            }
+            _ => why,
+        }
     })
+}
+
+/// Whether the part before a ':' names a file, as bcc's and bpftrace's
+/// `PATH:FUNC` and `uprobe:PATH:FUNC` do (`c`, `libc`, `/lib/x/libc.so.6`),
+/// not a kernel module.
+fn is_file_like(s: &str) -> bool {
+    s.contains('/') || s == "c" || s.starts_with("lib") || s.contains(".so")
+}
+
+/// topdown's commands: a FUNC that looks like one is likely a misspelling.
+pub const COMMANDS: [&str; 5] = ["trace", "pin", "show", "unpin", "serve"];
+
+/// The command `name` is, or looks like a misspelling of: one edit away,
+/// or the same letters in another order (`shwo`).
+pub fn command_like(name: &str) -> Option<String> {
+    let letters = |s: &str| {
+        let mut v: Vec<char> = s.chars().collect();
+        v.sort_unstable();
+        v
+    };
+    COMMANDS
+        .iter()
+        .find(|c| crate::kallsyms::distance(name, c) <= 1 || letters(name) == letters(c))
+        .map(|c| c.to_string())
 }
 
 impl Deref for FuncName {
@@ -167,11 +245,47 @@ mod tests {
 
     #[test]
     fn the_colon_syntax_is_refused_with_the_form_to_use() {
-        let e = parse_trace_arg("c:malloc").unwrap_err();
-        assert!(e.contains("-x c malloc"), "{e}");
-        let e = parse_trace_arg("uprobe:/lib/x/libc.so.6:free").unwrap_err();
+        let e = parse_trace_func("c:malloc", false).unwrap_err();
+        assert!(e.contains("(here: -x c malloc)"), "{e}");
+        let e = parse_trace_func("uprobe:/lib/x/libc.so.6:free", false).unwrap_err();
         assert!(e.contains("-x /lib/x/libc.so.6 free"), "{e}");
-        assert_eq!(parse_trace_arg("vfs_read").unwrap(), "vfs_read");
-        assert!(parse_trace_arg("a/b").is_err());
+        assert!(parse_trace_func("a/b", false).is_err());
+    }
+
+    #[test]
+    fn other_tools_probe_types_name_the_kernel_function() {
+        let ok = |s| parse_trace_func(s, false).unwrap();
+        let f = |s: &str| FuncName::parse(s).unwrap();
+        assert_eq!(ok("vfs_read"), (f("vfs_read"), None));
+        assert_eq!(ok("p:vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+        assert_eq!(ok("p::vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+        assert_eq!(ok("k:vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+        assert_eq!(ok("kprobe:vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+        assert_eq!(ok("kfunc:vfs_read"), (f("vfs_read"), Some(Hook::Fentry)));
+        assert_eq!(ok("fentry:vfs_read"), (f("vfs_read"), Some(Hook::Fentry)));
+        assert_eq!(
+            ok("kfunc:ext4:ext4_file_read_iter"),
+            (f("ext4_file_read_iter"), Some(Hook::Fentry))
+        );
+        assert_eq!(
+            ok("ext4:ext4_file_read_iter"),
+            (f("ext4_file_read_iter"), None)
+        );
+        // No advice that fails when followed.
+        for bad in ["p:/bin/ls:x", "kprobe:", "tracepoint:sched:x:y"] {
+            let e = parse_trace_func(bad, false).unwrap_err();
+            assert!(!e.contains("-x"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn with_x_a_symbol_is_taken_as_the_file_spells_it() {
+        let e = parse_trace_func("std::terminate", true).unwrap_err();
+        assert!(e.contains("demangled") && e.contains("mangled"), "{e}");
+        assert!(!e.contains("kernel"), "{e}");
+        let (f, hook) = parse_trace_func("_ZSt9terminatev", true).unwrap();
+        assert_eq!((f.as_str(), hook), ("_ZSt9terminatev", None));
+        // A kernel probe type is no part of a symbol's name.
+        assert!(parse_trace_func("p:malloc", true).is_err());
     }
 }

@@ -105,6 +105,9 @@ pub(crate) fn load_kallsyms() -> Result<Kallsyms> {
     Ok(k)
 }
 
+/// The prefixes of system call entries' names (`__x64_sys_read`).
+const SYSCALL_PREFIXES: [&str; 5] = ["__x64_", "__arm64_", "__s390x_", "__riscv_", "__ia32_"];
+
 /// The entry address of `func`, or an error suggesting close names.
 pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
     let mut same = ksyms.named(func);
@@ -122,13 +125,23 @@ pub(crate) fn resolve_function(ksyms: &Kallsyms, func: &str) -> Result<u64> {
         }
         return Ok(s.addr);
     }
-    let close = ksyms.suggest(func, 5);
-    let hint = if close.is_empty() {
-        "check the spelling, or load the module that has it".to_string()
-    } else {
-        format!("did you mean: {}?", close.join(", "))
+    let mut close = ksyms.suggest(func, 5);
+    // `sys_read`: the system call's entry is named per architecture.
+    if func.starts_with("sys_") {
+        let entries = SYSCALL_PREFIXES.iter().map(|p| format!("{p}{func}"));
+        for entry in entries.filter(|e| ksyms.named(e).next().is_some()).rev() {
+            close.retain(|c| *c != entry);
+            close.insert(0, entry);
+        }
+        close.truncate(5);
+    }
+    let hint = match (crate::funcname::command_like(func), close.is_empty()) {
+        // `topdown shwo`: a command misspelled, not a function.
+        (Some(cmd), _) => format!("did you mean the command topdown {cmd}?"),
+        (None, true) => "check the spelling, or load the module that has it".to_string(),
+        (None, false) => format!("did you mean: {}?", close.join(", ")),
     };
-    Err(Error::msg(format!(
+    Err(Error::usage(format!(
         "no kernel function named '{func}' (not in /proc/kallsyms: misspelled, inlined everywhere, or not built); {hint}"
     )))
 }
@@ -315,6 +328,19 @@ mod tests {
             e.ends_with("check the spelling, or load the module that has it"),
             "{e}"
         );
+        assert!(resolve_function(&k, "nope").unwrap_err().is_usage());
+    }
+
+    #[test]
+    fn a_syscall_is_named_by_its_entry_and_a_command_by_its_name() {
+        let k = Kallsyms::parse(
+            "ffffffff81000000 T ksys_read\nffffffff81001000 T __x64_sys_read\n\
+             ffffffff81002000 T seq_read\n",
+        );
+        let e = resolve_function(&k, "sys_read").unwrap_err().to_string();
+        assert!(e.contains("did you mean: __x64_sys_read, ksys_read"), "{e}");
+        let e = resolve_function(&k, "shwo").unwrap_err().to_string();
+        assert!(e.ends_with("did you mean the command topdown show?"), "{e}");
     }
 
     #[test]

@@ -220,7 +220,7 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// Levenshtein distance.
-fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -40,8 +40,10 @@ mod funcname;
 #[cfg(test)]
 mod fuzz;
 mod host;
+mod input;
 pub mod jobs;
 mod kallsyms;
+pub mod listen;
 mod output;
 pub mod plan;
 mod profile;
@@ -54,6 +56,7 @@ mod system;
 mod tailcall;
 #[cfg(test)]
 mod testing;
+pub mod usage;
 mod user;
 mod version;
 

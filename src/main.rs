@@ -8,6 +8,7 @@ use clap::Parser;
 use topdown::cli::Cli;
 use topdown::jobs::{self, Status};
 use topdown::plan::{Job, Plan};
+use topdown::usage;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -18,9 +19,12 @@ fn main() -> ExitCode {
         // Refusals are explained in one line of our own (quoting the
         // verifier); libbpf's lines are shown with -v only.
         topdown::route_libbpf_messages(plan.verbose);
+        for w in &plan.warnings {
+            let _ = writeln!(io::stderr(), "topdown: warning: {w}");
+        }
         match plan.job {
-            Job::ListProfiles => jobs::list_profiles().map(done),
-            Job::ListReasons(target) => jobs::list_reasons(&target).map(done),
+            Job::ListProfiles { json } => jobs::list_profiles(json).map(done),
+            Job::ListReasons { target, json } => jobs::list_reasons(&target, json).map(done),
             Job::Trace(trace) => jobs::trace(*trace),
             Job::Pin(pin) => jobs::pin(*pin).map(done),
             Job::Show(show) => jobs::show(&show),
@@ -59,17 +63,9 @@ fn usage_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    let text = e.render().to_string();
-    let first: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .map(str::trim)
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let msg = first.join(" ");
-    let _ = writeln!(
-        io::stderr(),
-        "topdown: {} (see topdown --help)",
-        msg.trim_start_matches("error: ")
-    );
+    let _ = writeln!(io::stderr(), "topdown: {}", usage::explain(&args, &e));
     ExitCode::from(2)
 }

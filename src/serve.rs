@@ -15,6 +15,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::error::{Error, Result};
 use crate::funcname::FuncName;
+pub(crate) use crate::listen::Listen;
 use crate::report::openmetrics::{CaptureSeries, CONTENT_TYPE};
 use crate::report::pprof::{self, Key};
 use crate::session::watch::Captured;
@@ -27,6 +28,12 @@ const PPROF_SECONDS: u64 = 30;
 const PPROF_MAX_SECONDS: u64 = 600;
 
 const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The start-up line: the address bound (its port, when 0 was asked for).
+fn serving_line(bound: SocketAddr, all: bool) -> String {
+    let all = if all { " on all addresses" } else { "" };
+    format!("topdown: serving http://{bound}/metrics{all}; Ctrl-C to end")
+}
 
 /// What serve --capture has captured, shared by the loop that steers
 /// capture and the HTTP side: each function's reason captured now, the
@@ -119,19 +126,20 @@ impl Captures {
 /// Serves until `stop` is set; `scrape` renders /metrics; `captures`, with
 /// --capture, feeds /debug/pprof/topdown.
 pub(crate) fn run(
-    listen: SocketAddr,
+    listen: &Listen,
     stop: &AtomicBool,
     scrape: impl Fn() -> Result<String> + Sync,
     captures: Option<&Captures>,
 ) -> Result<()> {
-    let server = Server::http(listen).map_err(|e| {
+    let server = Server::http(listen.addrs.as_slice()).map_err(|e| {
         Error::msg(format!(
             "cannot listen on {listen}: {e}; pick another address with --listen ADDR:PORT"
         ))
     })?;
-    eprintln!("topdown: serving http://{listen}/metrics; Ctrl-C to end");
+    let bound = server.server_addr().to_ip().unwrap_or(listen.addrs[0]);
+    eprintln!("{}", serving_line(bound, listen.all));
     if captures.is_some() {
-        eprintln!("topdown: serving captured stacks at http://{listen}/debug/pprof/topdown");
+        eprintln!("topdown: serving captured stacks at http://{bound}/debug/pprof/topdown");
     }
     notify_ready();
     std::thread::scope(|s| {
@@ -140,7 +148,7 @@ pub(crate) fn run(
                 Ok(Some(req)) => req,
                 Ok(None) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::msg(format!("serving {listen}: {e}"))),
+                Err(e) => return Err(Error::msg(format!("serving {bound}: {e}"))),
             };
             let path = req.url().split('?').next().unwrap_or("").to_string();
             match (req.method(), path.as_str(), captures) {
@@ -420,8 +428,10 @@ mod tests {
         let addr = probe.local_addr().unwrap();
         drop(probe);
         let stop = AtomicBool::new(false);
+        let listen = Listen::from(addr);
         std::thread::scope(|s| {
-            let server = s.spawn(|| run(addr, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
+            let server =
+                s.spawn(|| run(&listen, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
             let mut conn = None;
             for _ in 0..50 {
                 if let Ok(c) = TcpStream::connect(addr) {
@@ -441,7 +451,7 @@ mod tests {
             );
             assert!(reply.contains("application/openmetrics-text"), "{reply}");
             assert!(reply.ends_with("topdown_x 1\n# EOF\n"), "{reply}");
-            let e = run(addr, &AtomicBool::new(false), || Ok(String::new()), None)
+            let e = run(&listen, &AtomicBool::new(false), || Ok(String::new()), None)
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(&format!("cannot listen on {addr}: ")), "{e}");
@@ -452,5 +462,22 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
             server.join().unwrap().unwrap();
         });
+    }
+
+    #[test]
+    fn the_serving_line_names_the_port_bound() {
+        assert_eq!(
+            serving_line("[::1]:40123".parse().unwrap(), false),
+            "topdown: serving http://[::1]:40123/metrics; Ctrl-C to end"
+        );
+        assert!(serving_line("[::]:9476".parse().unwrap(), true).contains(" on all addresses;"));
+    }
+
+    /// Port 0: the server binds one, and that is the one served.
+    #[test]
+    fn port_zero_binds_a_real_port() {
+        let listen = Listen::parse("127.0.0.1:0").unwrap();
+        let server = Server::http(listen.addrs.as_slice()).unwrap();
+        assert_ne!(server.server_addr().to_ip().unwrap().port(), 0);
     }
 }

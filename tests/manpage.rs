@@ -357,3 +357,94 @@ fn every_command_and_its_own_options_are_documented() {
     }
     assert!(seen >= 2, "commands' own options found: {seen}");
 }
+
+/// SYNOPSIS as plain text, one form per entry (`.br` separates them).
+fn synopsis_forms(page: &str) -> Vec<String> {
+    let mut forms = vec![String::new()];
+    for line in section(page, "SYNOPSIS") {
+        if line.trim_end() == ".br" {
+            forms.push(String::new());
+            continue;
+        }
+        let text = if line.starts_with('.') {
+            // Keep the words apart: `.RB [ \-\-listen` -> `[--listen`.
+            let args = line.split_once(' ').map_or("", |(_, a)| a);
+            plain(&args.replace('"', ""))
+        } else {
+            plain(line)
+        };
+        let form = forms.last_mut().unwrap();
+        form.push(' ');
+        form.push_str(&text);
+    }
+    forms
+}
+
+/// The long and short options a form names: `--listen`, `-x`.
+fn named_options(form: &str) -> Vec<String> {
+    form.split(|c: char| c.is_whitespace() || "[]|".contains(c))
+        .filter(|w| w.starts_with('-') && w.len() > 1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `cmd` takes the option `opt` (`--long` or `-s`).
+fn takes(cmd: &Command, opt: &str) -> bool {
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .any(|a| match opt.strip_prefix("--") {
+            Some(long) => a.get_long() == Some(long),
+            None => a.get_short().map(|c| format!("-{c}")).as_deref() == Some(opt),
+        })
+}
+
+/// SYNOPSIS against --help: every command has a form; every option a form
+/// names is one its command takes; and a command's own options (those a
+/// run does not take) are each named in one of its forms.
+#[test]
+fn synopsis_matches_the_commands_and_their_options() {
+    let cmd = command();
+    let forms = synopsis_forms(PAGE);
+    assert!(forms.len() >= 8, "{forms:?}");
+    let command_of = |form: &str| -> Option<String> {
+        let mut words = form.split_whitespace();
+        assert_eq!(words.next(), Some("topdown"), "form `{form}`");
+        let second = words.next()?;
+        cmd.find_subcommand(second)
+            .map(|s| s.get_name().to_string())
+    };
+    for form in &forms {
+        let sub = command_of(form);
+        let c = match &sub {
+            Some(name) => cmd.find_subcommand(name).unwrap().clone(),
+            None => cmd.clone(),
+        };
+        for opt in named_options(form) {
+            assert!(
+                takes(&c, &opt),
+                "SYNOPSIS `{}`: {opt} is not an option of topdown {}",
+                form.trim(),
+                sub.as_deref().unwrap_or("")
+            );
+        }
+    }
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = sub.get_name();
+        let mine: Vec<&String> = forms
+            .iter()
+            .filter(|f| command_of(f).as_deref() == Some(name))
+            .collect();
+        assert!(!mine.is_empty(), "no SYNOPSIS form for topdown {name}");
+        let named: Vec<String> = mine.iter().flat_map(|f| named_options(f)).collect();
+        for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+            let Some(long) = a.get_long() else { continue };
+            if ["help", "version"].contains(&long) || takes(&cmd, &format!("--{long}")) {
+                continue;
+            }
+            assert!(
+                named.contains(&format!("--{long}")),
+                "SYNOPSIS names no --{long} for topdown {name}"
+            );
+        }
+    }
+}

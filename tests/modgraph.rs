@@ -166,7 +166,9 @@ fn without_tests(t: &[Tok], test_children: &mut BTreeSet<String>) -> Vec<Tok> {
             i += 1;
             continue;
         }
-        // Skip the item: to a `;` at depth 0 or the end of its first `{...}`.
+        // Skip the item: to a `;` at depth 0 or the end of its first `{...}`;
+        // an enum variant or a field (`#[cfg(test)] SelfTest,`) ends at its
+        // `,`, or at the `}` that closes what holds it (kept).
         let mut j = i + 7;
         let mut depth = 0usize;
         let mut seen_mod = None;
@@ -176,6 +178,11 @@ fn without_tests(t: &[Tok], test_children: &mut BTreeSet<String>) -> Vec<Tok> {
                     if let Some(Tok::Ident(n)) = t.get(j + 1) {
                         seen_mod = Some(n.clone());
                     }
+                }
+                Tok::Comma if depth == 0 => break,
+                Tok::Close if depth == 0 => {
+                    j -= 1;
+                    break;
                 }
                 Tok::Open => depth += 1,
                 Tok::Close => {

@@ -310,3 +310,47 @@ fn a_stripped_programs_minidebuginfo_names_its_functions() {
     let sum = run(&["-x", &b.path("ucallers"), "td_work", "-p", &pid], vec![a]);
     assert_eq!(counts(&sum), (want([3, 4, 5]), 12));
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_run_as_ctrl_c_does() {
+    need_uprobes!();
+    let b = Built::new("epipe");
+    let saved = b.path("run.json");
+    let args = [
+        "-x",
+        &b.path("libucallers.so"),
+        "td_lib_work",
+        "-i",
+        "0.1",
+        "--save",
+        &saved,
+    ];
+    let mut td = Command::new(TOPDOWN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `topdown ... | head -1`: one line read, then the reader is gone.
+    let mut reader = BufReader::new(td.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    drop(reader);
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(st) = td.try_wait().unwrap() {
+            break st;
+        }
+        if waited > Duration::from_secs(20) {
+            let _ = td.kill();
+            panic!("topdown ran on after its reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        waited += Duration::from_millis(100);
+    };
+    assert!(status.success(), "{status:?}");
+    // The summary went to the file asked for.
+    let text = std::fs::read_to_string(&saved).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["func"], "td_lib_work", "{text}");
+}

@@ -376,7 +376,7 @@ fn parse_meta(text: &str) -> std::result::Result<Meta, String> {
 }
 
 fn not_pinned(func: &FuncName) -> Error {
-    Error::msg(format!(
+    Error::usage(format!(
         "{func} is not pinned (see topdown show; pinned functions do not survive a reboot)"
     ))
 }

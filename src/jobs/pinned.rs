@@ -135,6 +135,15 @@ pub fn sync(dir: &Path) -> Result<()> {
     for b in &bad {
         report(&b.file, &b.error);
     }
+    // Without kallsyms the check is left out: sync_one says why it fails.
+    if let Ok(ksyms) = host::load_kallsyms() {
+        for d in &declared {
+            let is_function = |name: &str| ksyms.function(name).next().is_some();
+            if let Some(w) = declared::misnamed(d, is_function) {
+                eprintln!("topdown: {}: {w}", dir.join(&d.file).display());
+            }
+        }
+    }
     let mut changed = 0usize;
     for d in &declared {
         match sync_one(d) {
@@ -332,6 +341,11 @@ pub fn show(s: &Show) -> Result<Status> {
     }
     if let (Some(p), Some(b)) = (all.first_mut(), &s.baseline) {
         compare_pinned(p, b);
+    }
+    if all.is_empty() && matches!(s.printer, report::printer::Printer::Json) {
+        // No object on standard output, which stays NDJSON; the reader
+        // is told why.
+        eprintln!("topdown: {}", report::text::NOTHING_PINNED.trim_end());
     }
     let mut out = Stdout::new(io::stdout().lock());
     out.write_all(s.printer.pinned(&all).as_bytes())?;

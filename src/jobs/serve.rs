@@ -2,7 +2,6 @@
 //! --capture their hot reasons' stacks.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -11,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::funcname::FuncName;
 use crate::host;
 use crate::kallsyms::Kallsyms;
+use crate::listen::Listen;
 use crate::plan;
 use crate::report;
 use crate::serve;
@@ -20,7 +20,7 @@ use super::common::stop_on_signals;
 use super::pinned::{pinned_mapper, snapshots, KsymsCache};
 
 /// `topdown serve`: the pinned functions' counters on /metrics.
-pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<()> {
+pub fn serve(listen: Listen, capture: Option<plan::ServeCapture>) -> Result<()> {
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     let captures = capture.map(|_| serve::Captures::default());
@@ -45,11 +45,11 @@ pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<
         Ok(report::openmetrics::encode(read, unreadable, series))
     };
     let (Some(cap), Some(captures)) = (capture, captures.as_ref()) else {
-        return serve::run(listen, &stop, scrape, None);
+        return serve::run(&listen, &stop, scrape, None);
     };
     std::thread::scope(|s| {
         let server = s.spawn(|| {
-            let served = serve::run(listen, &stop, scrape, Some(captures));
+            let served = serve::run(&listen, &stop, scrape, Some(captures));
             stop.store(true, Ordering::Relaxed);
             served
         });

@@ -64,7 +64,7 @@ impl Kernel {
             Some(p) => {
                 let r = profile::resolve(p, &ksyms)?;
                 let warnings = [
-                    r.missing_warning(target.users_own),
+                    r.missing_warning(target.users_own, |m| ksyms.suggest(m, 1).into_iter().next()),
                     r.source_warning(target.users_own, vmlinux.as_deref()),
                 ];
                 for w in warnings.into_iter().flatten() {

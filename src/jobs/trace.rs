@@ -78,7 +78,8 @@ pub fn trace(t: Trace) -> Result<Status> {
 /// The session run on the counting program, then the run's files written.
 fn run(probe: Probe<'_>, ctx: Context<'_>, t: &Trace, stop: &AtomicBool) -> Result<Status> {
     let trigger = Trigger::new(t.trigger, ctx.stack_on);
-    let mut out = Stdout::new(io::stdout().lock());
+    // A reader gone (`topdown FUNC | head`) ends the run as Ctrl-C does.
+    let mut out = Stdout::new(io::stdout().lock()).ending(stop);
     let ended = session::run(probe, ctx, trigger, &t.session, stop, &mut out)?;
     finish(ended, &t.files, t.session.top)
 }
@@ -111,6 +112,9 @@ fn trace_user(t: Trace) -> Result<Status> {
     let (mut probe, mut mapper, stack_on) = start::start_user(&mut storage, &t, &user.func)?;
     let pids: Vec<i32> = t.filter.tgids().iter().map(|&p| p as i32).collect();
     let bare = t.companion == Some(crate::bpf::probe::Companion::Bare);
+    // topdown's own calls (setting up the run allocates) are left out
+    // from the first one, not from when the run starts.
+    probe.maps().own(std::process::id());
     probe.attach_uprobes(&user.path, user.offset as usize, &pids, bare)?;
     eprintln!("topdown: tracing {} with a uprobe", user.describe());
     if let Some(f) = t.filter.describe() {
@@ -134,7 +138,7 @@ fn trace_user(t: Trace) -> Result<Status> {
 fn trace_pinned(t: Trace) -> Result<Status> {
     let func = &t.target.func;
     if !t.load_options.is_empty() {
-        return Err(Error::msg(format!(
+        return Err(Error::usage(format!(
             "{func} is pinned, with its mode, profile and stack settings fixed by topdown pin: \
              leave out {} (or unpin it)",
             t.load_options.join(", ")

@@ -2,19 +2,21 @@
 //! what. Everything that needs only the command line (and the files it
 //! names) is checked here, before the kernel is asked anything.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bpf::attach::Request;
 use crate::bpf::probe::{Companion, Mode};
+use clap::Parser;
+
 use crate::cli::{
     CaptureArgs, Cli, Command, CompanionKind, ModeArgs, ProfileArgs, ShowArgs, TraceArgs,
     TriggerArgs,
 };
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::funcname::FuncName;
+use crate::funcname::{self, FuncName, Hook};
+use crate::listen::Listen;
 use crate::profile::{self, Profile};
 use crate::report::printer::Printer;
 use crate::report::saved;
@@ -29,14 +31,17 @@ pub struct Plan {
     pub job: Job,
     /// Show libbpf's own messages.
     pub verbose: bool,
+    /// Options given that do nothing with the others: one line each.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug)]
 pub enum Job {
-    /// `--list-profiles`.
-    ListProfiles,
-    /// `--list-reasons`: the profile as resolved on this kernel.
-    ListReasons(Target),
+    /// `--list-profiles` (with --json: NDJSON).
+    ListProfiles { json: bool },
+    /// `--list-reasons`: the profile as resolved on this kernel (with
+    /// --json: one object).
+    ListReasons { target: Target, json: bool },
     /// Count calls, capture stacks, report.
     Trace(Box<Trace>),
     /// Attach tier 1 and pin it.
@@ -51,7 +56,7 @@ pub enum Job {
     /// Serve the pinned functions' counters (and with `capture`, steer
     /// their stack capture and serve the stacks).
     Serve {
-        listen: SocketAddr,
+        listen: Listen,
         capture: Option<ServeCapture>,
     },
 }
@@ -135,7 +140,14 @@ pub struct Files {
 }
 
 impl Plan {
+    /// The plan, or what is wrong with the command line or the files it
+    /// names: a usage error (exit status 2), as nothing was asked of the
+    /// system yet.
     pub fn from_cli(cli: &Cli) -> Result<Plan> {
+        Plan::of(cli).map_err(Error::into_usage)
+    }
+
+    fn of(cli: &Cli) -> Result<Plan> {
         let (job, verbose) = match &cli.command {
             None => trace_job(&cli.trace)?,
             Some(Command::Trace(t)) => trace_job(t)?,
@@ -179,7 +191,7 @@ impl Plan {
             ),
             Some(Command::Serve(s)) => (
                 Job::Serve {
-                    listen: s.listen,
+                    listen: s.listen.clone(),
                     capture: s.capture.then(|| ServeCapture {
                         trigger: trigger_config(&s.trigger),
                         max_rate: s.trigger.max_rate,
@@ -188,8 +200,72 @@ impl Plan {
                 false,
             ),
         };
-        Ok(Plan { job, verbose })
+        Ok(Plan {
+            job,
+            verbose,
+            warnings: idle_options(cli),
+        })
     }
+}
+
+/// Options given (not at their defaults) that the others make do nothing.
+fn idle_options(cli: &Cli) -> Vec<String> {
+    let d = Cli::try_parse_from(["topdown", "f"])
+        .map(|c| c.trace)
+        .expect("the defaults parse");
+    match &cli.command {
+        None => idle_trace(&cli.trace, &d),
+        Some(Command::Trace(t)) => idle_trace(t, &d),
+        Some(Command::Serve(s)) if !s.capture => given_trigger(&s.trigger, &d.trigger)
+            .into_iter()
+            .map(|o| format!("{o} does nothing without --capture"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The trigger's options given, with a value other than the default.
+fn given_trigger(t: &TriggerArgs, d: &TriggerArgs) -> Vec<&'static str> {
+    [
+        (t.threshold != d.threshold, "--threshold"),
+        (t.min_rate != d.min_rate, "--min-rate"),
+        (t.min_events != d.min_events, "--min-events"),
+        (t.max_rate != d.max_rate, "--max-rate"),
+    ]
+    .into_iter()
+    .filter_map(|(given, name)| given.then_some(name))
+    .collect()
+}
+
+fn idle_trace(t: &TraceArgs, d: &TraceArgs) -> Vec<String> {
+    let mut idle = Vec::new();
+    if t.no_auto {
+        for o in given_trigger(&t.trigger, &d.trigger) {
+            if o != "--max-rate" {
+                idle.push(format!(
+                    "{o} does nothing with --no-auto (capture never starts by itself)"
+                ));
+            }
+        }
+    }
+    if t.no_auto && t.stack_on.is_none() {
+        let c = &t.capture;
+        let given = [
+            (t.trigger.max_rate != d.trigger.max_rate, "--max-rate"),
+            (c.sample != d.capture.sample, "--sample"),
+            (c.depth != d.capture.depth, "--depth"),
+            (c.user_stacks, "--user-stacks"),
+        ];
+        for (_, o) in given.iter().filter(|(given, _)| *given) {
+            idle.push(format!(
+                "{o} does nothing with --no-auto and no --stack-on (no stack is captured)"
+            ));
+        }
+    }
+    if t.verify_drop != d.verify_drop && t.baseline.is_none() {
+        idle.push("--verify-drop does nothing without --baseline".to_string());
+    }
+    idle
 }
 
 /// A function whose name can name its pin directory: bpffs refuses dots
@@ -205,19 +281,38 @@ pub(crate) fn pinnable(func: &FuncName) -> Result<&FuncName> {
 
 fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     if t.list_profiles {
-        return Ok((Job::ListProfiles, t.verbose));
+        return Ok((Job::ListProfiles { json: t.json }, t.verbose));
     }
     // clap requires FUNC unless --list-profiles is given.
-    let func = t
+    let given = t
         .func
-        .clone()
+        .as_deref()
         .ok_or_else(|| Error::usage("no FUNC given (see topdown --help)"))?;
+    let (func, hook) =
+        funcname::parse_trace_func(given, t.binary.is_some()).map_err(Error::usage)?;
+    // `p:FUNC`, `kprobe:FUNC`: as --kprobe.
+    let mut with_hook;
+    let t = if hook == Some(Hook::Kprobe) && !t.mode.kprobe {
+        if t.mode.fentry {
+            return Err(Error::usage(format!(
+                "'{given}' asks for a kprobe: leave out --fentry"
+            )));
+        }
+        with_hook = t.clone();
+        with_hook.mode.kprobe = true;
+        &with_hook
+    } else {
+        t
+    };
     let job = if t.list_reasons && t.binary.is_some() {
         return Err(Error::usage(
             "--list-reasons resolves a profile on the kernel: not with -x",
         ));
     } else if t.list_reasons {
-        Job::ListReasons(target(&func, &t.profile)?)
+        Job::ListReasons {
+            target: target(&func, &t.profile)?,
+            json: t.json,
+        }
     } else {
         Job::Trace(Box::new(trace(&func, t)?))
     };
@@ -251,6 +346,7 @@ fn show(s: &ShowArgs) -> Result<Show> {
     let verify = VerifyConfig {
         threshold: s.threshold,
         drop: s.verify_drop,
+        fail_on_move: s.fail_on_move,
     };
     let baseline = baseline(
         s.baseline.as_ref(),
@@ -425,6 +521,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
     let verify = VerifyConfig {
         threshold: t.trigger.threshold,
         drop: t.verify_drop,
+        fail_on_move: t.fail_on_move,
     };
     // Files first: a bad one is refused before anything is loaded.
     let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
@@ -480,6 +577,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             quiet: t.quiet,
             verify_caller: t.verify_caller,
             top: t.top,
+            rows: t.rows,
             baseline,
             max_rate: t.trigger.max_rate,
             verbose: t.verbose,

@@ -165,12 +165,92 @@ fn profiles_are_chosen_once() {
         .starts_with("no built-in profile named 'nope'; built-in profiles: "));
     assert!(matches!(
         plan(&["topdown", "--list-profiles"]).unwrap().job,
-        Job::ListProfiles
+        Job::ListProfiles { json: false }
+    ));
+    assert!(matches!(
+        plan(&["topdown", "--list-profiles", "--json"]).unwrap().job,
+        Job::ListProfiles { json: true }
     ));
     assert!(matches!(
         plan(&["topdown", "vfs_read", "--list-reasons"])
             .unwrap()
             .job,
-        Job::ListReasons(_)
+        Job::ListReasons { json: false, .. }
     ));
+    assert!(matches!(
+        plan(&["topdown", "vfs_read", "--list-reasons", "--json"])
+            .unwrap()
+            .job,
+        Job::ListReasons { json: true, .. }
+    ));
+}
+
+#[test]
+fn other_tools_probe_types_set_the_mode() {
+    let t = trace_of(&["topdown", "p:vfs_read"]);
+    assert_eq!(t.target.func, "vfs_read");
+    assert_eq!(t.load.request, Request::Only(Mode::Kprobe));
+    let t = trace_of(&["topdown", "kfunc:vfs_read"]);
+    assert_eq!(
+        (t.target.func.as_str(), t.load.request),
+        ("vfs_read", Request::Auto)
+    );
+    let e = plan(&["topdown", "kprobe:vfs_read", "--fentry"]).unwrap_err();
+    assert!(e.is_usage(), "{e}");
+}
+
+#[test]
+fn whatever_the_plan_refuses_is_a_usage_error() {
+    for args in [
+        &["topdown", "vfs_read", "--rules", "a=ksys_read"][..],
+        &["topdown", "vfs_read", "--reasons", "/nonexistent"],
+        &["topdown", "vfs_read", "--vmlinux", "/nonexistent"],
+        &["topdown", "vfs_read", "--profile", "nope"],
+    ] {
+        assert!(plan(args).unwrap_err().is_usage(), "{args:?}");
+    }
+}
+
+#[test]
+fn options_that_do_nothing_are_warned_about() {
+    let warnings = |args: &[&str]| plan(args).unwrap().warnings;
+    assert!(warnings(&["topdown", "vfs_read", "--threshold", "50"]).is_empty());
+    assert!(warnings(&["topdown", "vfs_read", "--no-auto"]).is_empty());
+    assert!(warnings(&[
+        "topdown",
+        "vfs_read",
+        "--no-auto",
+        "--stack-on",
+        "X",
+        "--sample",
+        "3"
+    ])
+    .is_empty());
+    assert_eq!(
+        warnings(&[
+            "topdown",
+            "vfs_read",
+            "--no-auto",
+            "--threshold",
+            "50",
+            "-U"
+        ]),
+        [
+            "--threshold does nothing with --no-auto (capture never starts by itself)",
+            "--user-stacks does nothing with --no-auto and no --stack-on (no stack is captured)"
+        ]
+    );
+    assert_eq!(
+        warnings(&["topdown", "vfs_read", "--no-auto", "--sample", "2"]),
+        ["--sample does nothing with --no-auto and no --stack-on (no stack is captured)"]
+    );
+    assert_eq!(
+        warnings(&["topdown", "vfs_read", "--verify-drop", "20"]),
+        ["--verify-drop does nothing without --baseline"]
+    );
+    assert_eq!(
+        warnings(&["topdown", "serve", "--threshold", "50"]),
+        ["--threshold does nothing without --capture"]
+    );
+    assert!(warnings(&["topdown", "serve", "--capture", "--threshold", "50"]).is_empty());
 }

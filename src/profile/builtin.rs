@@ -307,7 +307,7 @@ mod domain_tests {
             )]
         );
         assert_eq!(r.missing, ["kswapd_shrink_node", "shrink_zones"]);
-        assert_eq!(r.missing_warning(false), None);
+        assert_eq!(r.missing_warning(false, |_| None), None);
         assert_eq!(r.deep_rule_ranges(), 5);
     }
 

@@ -49,7 +49,14 @@ fn wrapped(text: &str) -> String {
 /// The `--list-reasons` listing: each reason with its description, callers
 /// and `within` functions as found in this kernel, then what the BPF side
 /// will do and what is missing.
-pub(crate) fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms) -> String {
+/// `users_own`: close names are suggested for missing ones (a built-in
+/// profile's are from other kernel versions, not typos).
+pub(crate) fn describe(
+    profile: &Profile,
+    resolved: &Resolved,
+    ksyms: &Kallsyms,
+    users_own: bool,
+) -> String {
     let mut s = String::new();
     let _ = write!(s, "Reason profile: {}", profile.origin);
     if let Some(f) = &profile.function {
@@ -107,9 +114,60 @@ pub(crate) fn describe(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms)
     }
     s.push_str("Callers not listed count under their own name.\n");
     if !resolved.missing.is_empty() {
-        let _ = writeln!(s, "missing on this kernel: {}", resolved.missing.join(", "));
+        let named: Vec<String> = resolved
+            .missing
+            .iter()
+            .map(
+                |m| match ksyms.suggest(m, 1).first().filter(|_| users_own) {
+                    Some(c) => format!("{m} (did you mean {c}?)"),
+                    None => m.clone(),
+                },
+            )
+            .collect();
+        let _ = writeln!(s, "missing on this kernel: {}", named.join(", "));
     }
     s
+}
+
+/// A function's addresses in this kernel, none if it is missing.
+fn address_list(ksyms: &Kallsyms, name: &str) -> Vec<serde_json::Value> {
+    ksyms
+        .function(name)
+        .map(|s| serde_json::json!({"name": s.name, "addr": format!("{:#x}", s.addr)}))
+        .collect()
+}
+
+/// The `--list-reasons --json` listing: one object with what `describe`
+/// prints, addresses as found in this kernel (empty: missing).
+pub(crate) fn describe_json(profile: &Profile, resolved: &Resolved, ksyms: &Kallsyms) -> String {
+    let names = |fs: &[String]| -> Vec<serde_json::Value> {
+        fs.iter()
+            .map(|f| serde_json::json!({"function": f, "addresses": address_list(ksyms, f)}))
+            .collect()
+    };
+    let reasons: Vec<serde_json::Value> = profile
+        .reasons
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "reason": r.name,
+                "description": r.description,
+                "callers": names(&r.callers),
+                "within": r.within.as_ref().map(|w| serde_json::json!({
+                    "functions": names(&w.functions),
+                    "depth": w.depth,
+                })),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "profile": profile.origin,
+        "function": profile.function,
+        "description": profile.description,
+        "reasons": reasons,
+        "missing": resolved.missing,
+    })
+    .to_string()
 }
 
 #[cfg(test)]
@@ -123,7 +181,7 @@ mod tests {
         let k = Kallsyms::parse(KSYMS);
         let p = Profile::parse(GOOD, "t.toml").unwrap();
         let r = resolve(&p, &k).unwrap();
-        let s = describe(&p, &r, &k);
+        let s = describe(&p, &r, &k, true);
         assert!(
             s.starts_with("Reason profile: t.toml, for deferred_split_folio\n  test profile\n"),
             "{s}"
@@ -168,5 +226,40 @@ mod tests {
             wrapped(&"x".repeat(100)),
             format!("  {}\n", "x".repeat(100))
         );
+    }
+
+    #[test]
+    fn the_json_listing_has_the_same_facts() {
+        let k = Kallsyms::parse(KSYMS);
+        let p = Profile::parse(GOOD, "t.toml").unwrap();
+        let r = resolve(&p, &k).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&describe_json(&p, &r, &k)).unwrap();
+        assert_eq!(v["profile"], "t.toml");
+        assert_eq!(v["function"], "deferred_split_folio");
+        let fault = &v["reasons"][0];
+        assert_eq!(fault["reason"], "FAULT");
+        assert_eq!(
+            fault["callers"][0]["function"],
+            "do_huge_pmd_anonymous_page"
+        );
+        assert_eq!(
+            fault["callers"][0]["addresses"][0]["addr"],
+            "0xffffffff81001000"
+        );
+        assert_eq!(v["missing"], serde_json::json!(r.missing));
+    }
+
+    #[test]
+    fn a_users_missing_caller_gets_the_close_name() {
+        let k = Kallsyms::parse("ffffffff81000000 T ksys_read\n");
+        let p = Profile::inline("A=ksys_reda").unwrap();
+        let r = resolve(&p, &k).unwrap();
+        let s = describe(&p, &r, &k, true);
+        assert!(
+            s.ends_with("missing on this kernel: ksys_reda (did you mean ksys_read?)\n"),
+            "{s}"
+        );
+        let s = describe(&p, &r, &k, false);
+        assert!(s.ends_with("missing on this kernel: ksys_reda\n"), "{s}");
     }
 }

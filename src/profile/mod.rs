@@ -23,7 +23,7 @@ mod validate;
 
 pub(crate) use builtin::{builtin, builtin_for, builtins};
 pub(crate) use compile::compile;
-pub(crate) use describe::describe;
+pub(crate) use describe::{describe, describe_json};
 pub(crate) use model::Profile;
 pub(crate) use resolve::resolve;
 

@@ -110,8 +110,8 @@ impl Profile {
     /// Reads and parses a profile file.
     pub(crate) fn load(path: &Path) -> Result<Profile> {
         let origin = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::msg(format!("{origin}: {e}")))?;
+        let text = crate::input::read_text(path, crate::input::MAX_PROFILE)
+            .map_err(|e| Error::msg(format!("{origin}: {e}")))?;
         Self::parse(&text, &origin)
     }
 

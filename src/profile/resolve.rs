@@ -61,16 +61,25 @@ impl Resolved {
     /// profile: every one. A built-in profile covers several kernel
     /// versions, so names from other versions are expected to be missing:
     /// only reasons left with no function at all, whose rows would stay
-    /// empty, are named.
-    pub(crate) fn missing_warning(&self, users_own: bool) -> Option<String> {
+    /// empty, are named. `close` gives a missing name's nearest in this
+    /// kernel, if any (a typo in one's own profile).
+    pub(crate) fn missing_warning(
+        &self,
+        users_own: bool,
+        close: impl Fn(&str) -> Option<String>,
+    ) -> Option<String> {
         let see = "(inlined or absent; see --list-reasons)";
         if users_own {
-            return (!self.missing.is_empty()).then(|| {
-                format!(
-                    "functions not in this kernel {see}: {}",
-                    self.missing.join(", ")
-                )
-            });
+            let named: Vec<String> = self
+                .missing
+                .iter()
+                .map(|m| match close(m) {
+                    Some(c) => format!("{m} (did you mean {c}?)"),
+                    None => m.clone(),
+                })
+                .collect();
+            return (!named.is_empty())
+                .then(|| format!("functions not in this kernel {see}: {}", named.join(", ")));
         }
         let live: HashSet<&str> = self
             .routes
@@ -323,20 +332,25 @@ mod tests {
     #[test]
     fn a_built_in_profile_warns_only_about_reasons_left_empty() {
         assert_eq!(
-            resolved().missing_warning(false).unwrap(),
+            resolved().missing_warning(false, |_| None).unwrap(),
             "reasons with no function in this kernel (inlined or absent; see --list-reasons): MIGRATE"
         );
         let mut r = resolved();
         r.reasons.pop();
-        assert_eq!(r.missing_warning(false), None);
+        assert_eq!(r.missing_warning(false, |_| None), None);
     }
 
     #[test]
     fn a_users_profile_warns_about_every_missing_function() {
         assert_eq!(
-            resolved().missing_warning(true).unwrap(),
+            resolved().missing_warning(true, |_| None).unwrap(),
             "functions not in this kernel (inlined or absent; see --list-reasons): map_anon_folio_pmd, migrate_folio_move"
         );
+        let close =
+            |m: &str| (m == "migrate_folio_move").then(|| "migrate_folio_mapping".to_string());
+        assert!(resolved().missing_warning(true, close).unwrap().ends_with(
+            ": map_anon_folio_pmd, migrate_folio_move (did you mean migrate_folio_mapping?)"
+        ));
     }
 
     #[test]

@@ -375,8 +375,13 @@ impl Mapper {
                 known.join(", ")
             )
         };
-        Err(Error::msg(format!(
-            "unknown reason '{name}' for --stack-on: give {valid}"
+        // `zap` for ZAP: profile reasons are upper case.
+        let hint = known
+            .iter()
+            .find(|k| k.eq_ignore_ascii_case(name))
+            .map_or(String::new(), |k| format!("did you mean {k}? "));
+        Err(Error::usage(format!(
+            "unknown reason '{name}' for --stack-on: {hint}give {valid}"
         )))
     }
 

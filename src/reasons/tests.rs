@@ -126,6 +126,11 @@ fn stack_reasons_are_profile_reasons_or_kernel_functions() {
         ),
         "{e}"
     );
+    let e = m.stack_reason(&k, "fault").unwrap_err().to_string();
+    assert!(
+        e.starts_with("unknown reason 'fault' for --stack-on: did you mean FAULT? give one of"),
+        "{e}"
+    );
     assert_eq!(m.stack_reason(&k, "not-found").unwrap(), SLOT_NOT_FOUND);
     assert_eq!(m.stack_reason(&k, NOT_FOUND_NAME).unwrap(), SLOT_NOT_FOUND);
     let e = Mapper::auto(4)

@@ -135,6 +135,7 @@ pub(crate) fn compared_summary() -> Summary {
         verify: VerifyConfig {
             threshold: 80.0,
             drop: 50.0,
+            fail_on_move: false,
         },
     };
     use crate::report::saved::tests::{knob, MAX_PTES_NONE, THP_DEFRAG};

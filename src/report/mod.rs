@@ -6,6 +6,7 @@
 //! never each other in a circle.
 
 pub(crate) mod compare;
+pub(crate) mod fit;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod flamegraph;
@@ -377,11 +378,14 @@ pub(crate) fn calls(n: u64) -> String {
 // What a run is compared with (`--baseline`), and the comparison.
 
 /// What a fix must achieve: the baseline's hot reason's share now below
-/// `threshold` percent, and its rate down by at least `drop` percent.
+/// `threshold` percent, and its rate down by at least `drop` percent; with
+/// `fail_on_move` (--fail-on-move), no other reason risen past the
+/// threshold in its place.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct VerifyConfig {
     pub(crate) threshold: f64,
     pub(crate) drop: f64,
+    pub(crate) fail_on_move: bool,
 }
 
 /// A saved baseline to compare with.

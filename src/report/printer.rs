@@ -23,10 +23,16 @@ impl Printer {
         }
     }
 
-    /// One interval's counts, with the `top` reasons.
-    pub(crate) fn interval(self, iv: &IntervalReport, top: usize) -> String {
+    /// One interval's counts, with the `top` stacks; a table fits `fit`
+    /// (JSON is complete).
+    pub(crate) fn interval(
+        self,
+        iv: &IntervalReport,
+        top: usize,
+        fit: crate::report::fit::Fit,
+    ) -> String {
         match self {
-            Printer::Text => text::interval(iv, top),
+            Printer::Text => text::interval(iv, top, fit),
             Printer::Json => json::interval(iv, top) + "\n",
         }
     }

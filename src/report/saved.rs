@@ -191,7 +191,7 @@ impl Saved {
     /// Reads a baseline file: a one-line error naming the file otherwise.
     pub(crate) fn load(path: &Path, func: Option<&str>) -> Result<Saved> {
         let name = path.display();
-        let text = fs::read_to_string(path)
+        let text = crate::input::read_text(path, crate::input::MAX_RESULT)
             .map_err(|e| Error::msg(format!("baseline {name}: cannot read it: {e}")))?;
         Saved::parse(&text, func).map_err(|why| Error::msg(format!("baseline {name}: {why}")))
     }
@@ -220,11 +220,21 @@ pub(crate) fn check_writable(path: &Path, option: &str) -> Result<()> {
             .map_err(|e| fail(e.to_string()));
     }
     let probe = sibling(path, "probe");
+    // The file is made in its directory: say which, as the errno alone
+    // misleads (`--save /proc/version`: ENOENT for a file that exists).
+    let dir = match path.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new("."),
+        Some(d) => d,
+        None => Path::new("/"),
+    };
+    if !dir.is_dir() {
+        return Err(fail(format!("no directory {}", dir.display())));
+    }
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&probe)
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail(format!("cannot create a file in {}: {e}", dir.display())))?;
     let _ = fs::remove_file(&probe);
     Ok(())
 }

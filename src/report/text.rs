@@ -2,37 +2,52 @@
 
 use std::fmt::Write as _;
 
+use crate::report::fit::elide;
+pub(crate) use crate::report::fit::Fit;
 use crate::report::text_compare::{before_after, interval_changes};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary,
 };
 
-fn table(out: &mut String, d: &Distribution, count_title: &str) {
-    let w = d
-        .rows
-        .iter()
-        .map(|r| r.reason.len())
-        .max()
-        .unwrap_or(0)
-        .max("REASON".len());
+/// The columns of a table row besides REASON.
+const NUMBERS: usize = 2 + 13 + 13 + 8;
+
+fn table(out: &mut String, d: &Distribution, count_title: &str, fit: Fit) {
+    let (rows, rest) = d.rows.split_at(d.rows.len().min(fit.rows));
+    let more = (!rest.is_empty()).then(|| format!("({} more)", rest.len()));
+    let names = rows.iter().map(|r| r.reason.chars().count());
+    let w = fit.name_width(names.chain(more.iter().map(String::len)), NUMBERS);
     let _ = writeln!(
         out,
         "  {:<w$} {:>12} {:>12} {:>7}",
         "REASON", count_title, "RATE/s", "SHARE"
     );
-    for r in &d.rows {
+    for r in rows {
         let _ = writeln!(
             out,
             "  {:<w$} {:>12} {:>12.1} {:>6.1}%",
-            r.reason, r.count, r.rate, r.share
+            elide(&r.reason, w),
+            r.count,
+            r.rate,
+            r.share
+        );
+    }
+    if let Some(more) = more {
+        let count: u64 = rest.iter().map(|r| r.count).sum();
+        let rate: f64 = rest.iter().map(|r| r.rate).sum();
+        let share: f64 = rest.iter().map(|r| r.share).sum();
+        let _ = writeln!(
+            out,
+            "  {:<w$} {count:>12} {rate:>12.1} {share:>6.1}%",
+            elide(&more, w)
         );
     }
 }
 
 /// The per-interval table, then the interval's top stacks if any were
 /// captured.
-pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
+pub(crate) fn interval(iv: &IntervalReport, top: usize, fit: Fit) -> String {
     let d = &iv.calls;
     let drops = iv.drops.nonzero();
     let drops = if drops.is_empty() {
@@ -48,8 +63,8 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         d.rate
     );
     match &iv.compare {
-        Some(rows) if !rows.is_empty() => interval_changes(&mut s, rows),
-        _ if !d.rows.is_empty() => table(&mut s, d, "COUNT"),
+        Some(rows) if !rows.is_empty() => interval_changes(&mut s, rows, fit),
+        _ if !d.rows.is_empty() => table(&mut s, d, "COUNT", fit),
         _ => {}
     }
     if let Some(st) = iv.stacks.as_ref().filter(|st| st.captured > 0) {
@@ -151,7 +166,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if let Some(f) = &sum.filter {
         let _ = writeln!(s, "  counting only calls {}", f.text);
     }
-    table(&mut s, d, "TOTAL");
+    table(&mut s, d, "TOTAL", Fit::ALL);
     if !sum.other_merges.is_empty() {
         let _ = writeln!(
             s,
@@ -279,7 +294,7 @@ pub(crate) fn pinned(p: &Pinned) -> String {
         ..d.clone()
     };
     if !shown.rows.is_empty() {
-        table(&mut s, &shown, "TOTAL");
+        table(&mut s, &shown, "TOTAL", Fit::ALL);
     }
     if let Some(top) = p.top() {
         top_line(&mut s, top, p.threshold);
@@ -323,7 +338,7 @@ mod tests {
 
     #[test]
     fn table_is_aligned_and_sorted() {
-        let t = interval(&report(sample_calls()), 5);
+        let t = interval(&report(sample_calls()), 5, Fit::ALL);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "12:00:00  40 calls in 2.00s, 20.0/s");
         assert!(lines[1].contains("REASON") && lines[1].ends_with("SHARE"));
@@ -331,6 +346,52 @@ mod tests {
         assert!(lines[2].ends_with("15.0   75.0%"), "{}", lines[2]);
         assert!(lines[3].ends_with("5.0   25.0%"), "{}", lines[3]);
         assert_eq!(lines[2].len(), lines[3].len());
+    }
+
+    #[test]
+    fn wide_names_are_elided_to_the_screen_and_the_top_rows_shown() {
+        let wide = "<alloc::vec::Vec<T,A> as alloc::vec::spec_extend::SpecExtend<T,I>>::spec_extend::h0123456789abcdef";
+        let d = Distribution {
+            secs: 1.0,
+            total: 100,
+            rate: 100.0,
+            rows: vec![
+                row(wide, 60, 60.0, 60.0),
+                row("caller_two", 30, 30.0, 30.0),
+                row("caller_three", 6, 6.0, 6.0),
+                row("caller_four", 4, 4.0, 4.0),
+            ],
+        };
+        let fit = Fit {
+            rows: 2,
+            width: Some(80),
+        };
+        let t = interval(&report(d.clone()), 5, fit);
+        let lines: Vec<&str> = t.lines().skip(1).collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(lines.iter().all(|l| l.len() == lines[0].len()), "{t}");
+        assert!(lines[1].starts_with("  <alloc::vec::Vec<T,A") && lines[1].contains("..."));
+        assert!(lines[1].contains("h0123456789abcdef "), "{t}");
+        assert!(lines[3].starts_with("  (2 more) "), "{t}");
+        assert!(lines[3].ends_with(" 10         10.0   10.0%"), "{t}");
+        // No width (a pipe): whole names; the summary: every row, whole.
+        let t = interval(
+            &report(d.clone()),
+            5,
+            Fit {
+                rows: 2,
+                width: None,
+            },
+        );
+        assert!(t.contains(wide), "{t}");
+        let mut sum = sample_summary();
+        sum.calls = d;
+        let t = summary(&sum, 5);
+        assert!(
+            t.contains(wide) && t.contains("caller_four") && !t.contains("more)"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -342,7 +403,7 @@ mod tests {
             rows: vec![],
         };
         assert_eq!(
-            interval(&report(empty.clone()), 5),
+            interval(&report(empty.clone()), 5, Fit::ALL),
             "12:00:00  0 calls in 1.00s, 0.0/s\n"
         );
         let one = Distribution {
@@ -351,16 +412,16 @@ mod tests {
             rows: vec![row("a", 1, 1.0, 100.0)],
             ..empty
         };
-        assert!(interval(&report(one), 5).starts_with("12:00:00  1 call in 1.00s"));
+        assert!(interval(&report(one), 5, Fit::ALL).starts_with("12:00:00  1 call in 1.00s"));
     }
 
     #[test]
     fn interval_stacks_show_only_when_captured() {
         let mut iv = report(sample_calls());
         iv.stacks = Some(stacks_of("ZAP", &[]));
-        assert!(!interval(&iv, 5).contains("top stacks"));
+        assert!(!interval(&iv, 5, Fit::ALL).contains("top stacks"));
         iv.stacks = Some(stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)]));
-        let t = interval(&iv, 1);
+        let t = interval(&iv, 1, Fit::ALL);
         assert!(t.contains(
             "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
         ));
@@ -370,10 +431,10 @@ mod tests {
     #[test]
     fn nonzero_drops_show_on_the_interval_line() {
         let mut iv = report(sample_calls());
-        assert!(interval(&iv, 5).starts_with("12:00:00  40 calls in 2.00s, 20.0/s\n"));
+        assert!(interval(&iv, 5, Fit::ALL).starts_with("12:00:00  40 calls in 2.00s, 20.0/s\n"));
         iv.drops.stacks_rate_capped = 12;
         iv.drops.own_calls = 1;
-        assert!(interval(&iv, 5).starts_with(
+        assert!(interval(&iv, 5, Fit::ALL).starts_with(
             "12:00:00  40 calls in 2.00s, 20.0/s; drops: stacks rate capped=12, own calls=1\n"
         ));
     }
@@ -528,7 +589,7 @@ mod tests {
                 now: fig(3, 3.0, 100.0),
             },
         ]);
-        let t = interval(&iv, 5);
+        let t = interval(&iv, 5, Fit::ALL);
         assert_eq!(
             t,
             "12:00:00  40 calls in 2.00s, 20.0/s\n  \

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::report::fit::{elide, Fit};
 use crate::report::time::clock_at;
 use crate::report::{calls, Change, Comparison, Fig, FixApplied, LoadMoved};
 
@@ -29,17 +30,19 @@ fn pp_cell(c: &Change) -> String {
 }
 
 fn reason_width(rows: &[Change]) -> usize {
-    rows.iter()
-        .map(|r| r.reason.len())
-        .max()
-        .unwrap_or(0)
-        .max("REASON".len())
+    Fit::ALL.name_width(rows.iter().map(|r| r.reason.chars().count()), 0)
 }
+
+/// The columns of an interval's row against the baseline besides REASON.
+const NUMBERS: usize = 2 + 13 + 13 + 8 + 11 + 9 + 9 + 10;
 
 /// An interval's table against the baseline: the interval's calls, rate and
 /// share of each reason, then the baseline's rate and share and the change.
-pub(crate) fn interval_changes(out: &mut String, rows: &[Change]) {
-    let w = reason_width(rows);
+pub(crate) fn interval_changes(out: &mut String, rows: &[Change], fit: Fit) {
+    let (rows, rest) = rows.split_at(rows.len().min(fit.rows));
+    let more = (!rest.is_empty()).then(|| format!("({} more)", rest.len()));
+    let names = rows.iter().map(|r| r.reason.chars().count());
+    let w = fit.name_width(names.chain(more.iter().map(String::len)), NUMBERS);
     let _ = writeln!(
         out,
         "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
@@ -50,7 +53,7 @@ pub(crate) fn interval_changes(out: &mut String, rows: &[Change]) {
         let _ = writeln!(
             out,
             "  {:<w$} {:>12} {:>12} {:>7} {:>10} {:>8} {:>8} {:>9}",
-            c.reason,
+            elide(&c.reason, w),
             count,
             rate_cell(c.now),
             share_cell(c.now),
@@ -59,6 +62,9 @@ pub(crate) fn interval_changes(out: &mut String, rows: &[Change]) {
             share_cell(c.before),
             pp_cell(c)
         );
+    }
+    if let Some(more) = more {
+        let _ = writeln!(out, "  {}", elide(&more, w));
     }
 }
 

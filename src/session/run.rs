@@ -16,6 +16,7 @@ use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup};
 use crate::report::compare::{self, Side};
+use crate::report::fit::Fit;
 use crate::report::printer::Printer;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
 use crate::symbolize::Symbols;
@@ -38,6 +39,8 @@ pub(crate) struct Options {
     pub(crate) quiet: bool,
     pub(crate) verify_caller: bool,
     pub(crate) top: usize,
+    /// Most reasons on an interval's table (--rows).
+    pub(crate) rows: usize,
     /// Compare every interval and the summary with this.
     pub(crate) baseline: Option<Baseline>,
     /// Most stacks captured per second, over all CPUs.
@@ -96,6 +99,25 @@ pub(super) struct Run<'a, 'obj> {
     next_print: Instant,
     next_tick: Instant,
     next_refill: Instant,
+    /// Whether a busy uprobe was warned about (once a run).
+    busy_warned: bool,
+}
+
+/// Calls a second of a user-space function, with no --pid, at which the
+/// traps' cost is worth a warning: at a microsecond or more each, a tenth
+/// of a CPU and up.
+const BUSY_UPROBE: f64 = 100_000.0;
+
+/// The warning for a uprobe on `func` at `rate` calls a second in every
+/// process, if that is busy.
+fn busy_uprobe(func: &str, rate: f64) -> Option<String> {
+    (rate >= BUSY_UPROBE).then(|| {
+        format!(
+            "{func} is called {rate:.0} times a second in every process that maps it, and each \
+             call traps into the kernel (a microsecond or more): limit it with -p PID, or end \
+             the run soon"
+        )
+    })
 }
 
 impl<'a, 'obj> Run<'a, 'obj> {
@@ -175,6 +197,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             next_print: start + opts.interval,
             next_tick: start + TICK,
             next_refill: start + REFILL,
+            busy_warned: false,
         })
     }
 
@@ -232,10 +255,18 @@ impl<'a, 'obj> Run<'a, 'obj> {
         deadline
     }
 
-    /// Sleeps up to `timeout` (its own calls counted meanwhile), taking in
-    /// the samples delivered.
+    /// Sleeps up to `timeout` (its own calls of a kernel function counted
+    /// meanwhile), taking in the samples delivered.
     fn wait(&mut self, timeout: Duration) -> Result<()> {
-        self.probe.maps().own(0);
+        // The system call topdown sleeps in may call a kernel function:
+        // counted, one call a reading (see topdown(8)). A user-space
+        // function called in topdown's process is only ever its own call
+        // (the ring buffer's callback allocates): left out.
+        let asleep = match self.probe.mode() {
+            Mode::Uprobe => self.own,
+            _ => 0,
+        };
+        self.probe.maps().own(asleep);
         let waited = self.stacks.wait(timeout);
         self.probe.maps().own(self.own);
         waited?;
@@ -295,6 +326,13 @@ impl<'a, 'obj> Run<'a, 'obj> {
             &self.mapper.reasons,
             (unix_now(), report::time::clock()),
         );
+        let everywhere = self.probe.mode() == Mode::Uprobe && self.filter.tgids().is_empty();
+        if everywhere && !self.busy_warned {
+            if let Some(w) = busy_uprobe(self.probe.func(), report.calls.rate) {
+                eprintln!("topdown: warning: {w}");
+                self.busy_warned = true;
+            }
+        }
         if let (Some(b), Some(before)) = (&self.opts.baseline, &self.before) {
             let named = named(self.mapper);
             report.compare = Some(compare::changes(
@@ -309,7 +347,15 @@ impl<'a, 'obj> Run<'a, 'obj> {
             ));
         }
         if !self.opts.quiet {
-            emit(out, &self.opts.printer.interval(&report, self.opts.top))?;
+            // The screen's width now: a terminal may be resized mid-run.
+            let fit = Fit {
+                rows: self.opts.rows,
+                width: crate::output::terminal_width(),
+            };
+            emit(
+                out,
+                &self.opts.printer.interval(&report, self.opts.top, fit),
+            )?;
         }
         self.last = now;
         while self.next_print <= now {
@@ -420,4 +466,20 @@ fn emit(out: &mut dyn Write, text: &str) -> Result<()> {
 /// Every reason named so far, special slots aside.
 fn named(mapper: &Mapper) -> Vec<String> {
     mapper.reasons.reason_names().map(String::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_uprobe_everywhere_is_warned_about() {
+        assert_eq!(busy_uprobe("malloc", 99_999.0), None);
+        let w = busy_uprobe("malloc", 535_205.1).unwrap();
+        assert!(
+            w.starts_with("malloc is called 535205 times a second"),
+            "{w}"
+        );
+        assert!(w.contains("-p PID"), "{w}");
+    }
 }

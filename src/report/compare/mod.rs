@@ -169,14 +169,24 @@ fn judge(v: &mut Verdict, name: &str, b: Fig, n: Fig) {
 
 /// The reason the load moved to, if the baseline's hot reason `hot` is
 /// now below `threshold` and another reason, below it before, is now at
-/// or above it (the largest such).
-pub(crate) fn load_moved(rows: &[Change], hot: Option<&str>, threshold: f64) -> Option<LoadMoved> {
+/// or above it (the largest such). With `same_profile`, a hot reason with
+/// no calls now has fallen.
+pub(crate) fn load_moved(
+    rows: &[Change],
+    hot: Option<&str>,
+    threshold: f64,
+    same_profile: bool,
+) -> Option<LoadMoved> {
     let hot = hot?;
     let fell = rows
         .iter()
         .find(|c| c.reason == hot)
-        .and_then(|c| c.now)
-        .is_some_and(|f| !is_hot(f.share, threshold));
+        // Under the same profile, no calls now at all is the farthest
+        // fall; under another, the reason may just be named otherwise.
+        .is_some_and(|c| match c.now {
+            Some(f) => !is_hot(f.share, threshold),
+            None => same_profile,
+        });
     if !fell {
         return None;
     }
@@ -320,8 +330,22 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
         warnings.push(format!("only in this run: {}", only_now.join(", ")));
     }
     let same_profile = base.saved.profile == info.profile;
-    let verdict = verdict(&before_calls, now, same_profile, base.verify);
-    let load_moved = load_moved(&rows, verdict.reason.as_deref(), base.verify.threshold);
+    let mut verdict = verdict(&before_calls, now, same_profile, base.verify);
+    let load_moved = load_moved(
+        &rows,
+        verdict.reason.as_deref(),
+        base.verify.threshold,
+        same_profile,
+    );
+    if let (true, Outcome::Verified, Some(m)) =
+        (base.verify.fail_on_move, verdict.outcome, &load_moved)
+    {
+        verdict.outcome = Outcome::NotVerified;
+        verdict.why.push_str(&format!(
+            "; but the load moved to {} ({:.1}%), refused by --fail-on-move",
+            m.reason, m.share
+        ));
+    }
     Comparison {
         file: base.file.clone(),
         baseline: Saved {

@@ -5,6 +5,7 @@ use crate::report::saved::tests::sample;
 const CFG: VerifyConfig = VerifyConfig {
     threshold: 80.0,
     drop: 50.0,
+    fail_on_move: false,
 };
 
 fn dist(secs: f64, rows: &[(&str, u64)]) -> Distribution {
@@ -280,7 +281,7 @@ fn load_moves_when_the_hot_reason_fell_and_another_rose_past_the_threshold() {
         change("new", None, Some(5.0)),
     ];
     assert_eq!(
-        load_moved(&rows, Some("ZAP"), 80.0),
+        load_moved(&rows, Some("ZAP"), 80.0, false),
         Some(LoadMoved {
             reason: "FAULT_ALLOC".into(),
             share: 85.0,
@@ -293,10 +294,10 @@ fn load_moves_when_the_hot_reason_fell_and_another_rose_past_the_threshold() {
         change("a", Some(1.0), Some(30.0)),
         change("b", None, Some(70.0)),
     ];
-    let m = load_moved(&rows, Some("ZAP"), 30.0).unwrap();
+    let m = load_moved(&rows, Some("ZAP"), 30.0, false).unwrap();
     assert_eq!((m.reason.as_str(), m.share_before), ("b", None));
     assert_eq!(
-        load_moved(&rows, Some("ZAP"), 80.0),
+        load_moved(&rows, Some("ZAP"), 80.0, false),
         None,
         "none rose past it"
     );
@@ -305,7 +306,7 @@ fn load_moves_when_the_hot_reason_fell_and_another_rose_past_the_threshold() {
         change("ZAP", Some(97.0), Some(80.0)),
         change("a", Some(3.0), Some(20.0)),
     ];
-    assert_eq!(load_moved(&rows, Some("ZAP"), 20.0), None);
+    assert_eq!(load_moved(&rows, Some("ZAP"), 20.0, false), None);
     // Already hot before: not where the load went; nor a special slot,
     // nor anything when the baseline had no hot reason or this run
     // does not know it.
@@ -314,13 +315,18 @@ fn load_moves_when_the_hot_reason_fell_and_another_rose_past_the_threshold() {
         change("a", Some(50.0), Some(50.0)),
         change(NOT_FOUND_NAME, Some(0.0), Some(50.0)),
     ];
-    assert_eq!(load_moved(&rows, Some("ZAP"), 50.0), None);
-    assert_eq!(load_moved(&rows, None, 50.0), None);
+    assert_eq!(load_moved(&rows, Some("ZAP"), 50.0, false), None);
+    assert_eq!(load_moved(&rows, None, 50.0, false), None);
     let rows = [
         change("ZAP", Some(97.0), None),
         change("a", None, Some(99.0)),
     ];
-    assert_eq!(load_moved(&rows, Some("ZAP"), 80.0), None);
+    assert_eq!(load_moved(&rows, Some("ZAP"), 80.0, false), None);
+    // Under the same profile, a hot reason with no calls now fell.
+    assert_eq!(
+        load_moved(&rows, Some("ZAP"), 80.0, true).map(|m| m.reason),
+        Some("a".to_string())
+    );
 }
 
 fn state(knobs: &[(&str, Option<&str>)]) -> SystemState {
@@ -472,4 +478,29 @@ fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
     );
     assert_eq!(c.verdict.outcome, Outcome::Verified);
     assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    // All the load moved to a new reason: with --fail-on-move, no fix.
+    assert_eq!(
+        c.load_moved.as_ref().unwrap().reason,
+        "folio_remove_rmap_ptes"
+    );
+    let strict = Baseline {
+        verify: VerifyConfig {
+            fail_on_move: true,
+            ..CFG
+        },
+        ..b.clone()
+    };
+    let side = Side {
+        calls: &now,
+        named: &n,
+    };
+    let c = compare(&strict, side, &info);
+    assert_eq!(c.verdict.outcome, Outcome::NotVerified);
+    assert!(
+        c.verdict.why.ends_with(
+            "; but the load moved to folio_remove_rmap_ptes (100.0%), refused by --fail-on-move"
+        ),
+        "{}",
+        c.verdict.why
+    );
 }
