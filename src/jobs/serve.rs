@@ -24,7 +24,7 @@ pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<
     host::check_privileges()?;
     let stop = stop_on_signals()?;
     let captures = capture.map(|_| serve::Captures::default());
-    let scrape = || {
+    let scrape = |format| {
         // One function that cannot be read fails its own series, not the
         // scrape.
         let (mut read, mut unreadable) = (Vec::new(), Vec::new());
@@ -38,7 +38,12 @@ pub fn serve(listen: SocketAddr, capture: Option<plan::ServeCapture>) -> Result<
             }
         }
         let series = captures.as_ref().map(serve::Captures::series);
-        Ok(report::openmetrics::encode(read, unreadable, series))
+        Ok(report::openmetrics::encode(
+            format,
+            &read,
+            &unreadable,
+            series.as_deref(),
+        ))
     };
     let (Some(cap), Some(captures)) = (capture, captures.as_ref()) else {
         return serve::run(listen, &stop, scrape, None);
