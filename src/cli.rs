@@ -52,7 +52,7 @@ pub enum Command {
     Show(ShowArgs),
     /// Detach pinned functions and remove their pins.
     Unpin(UnpinArgs),
-    /// Serve every pinned function's counters to Prometheus (OpenMetrics text on /metrics).
+    /// Serve every pinned function's counters to Prometheus on /metrics (text format 0.0.4, or OpenMetrics when asked for).
     Serve(ServeArgs),
 }
 

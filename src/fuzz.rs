@@ -377,7 +377,7 @@ fn pinned_strategy() -> impl Strategy<Value = Pinned> {
 /// One sample line: name, labels, value.
 type MetricLine = (String, Vec<(String, String)>, String);
 
-/// The samples of an OpenMetrics text; None if a line is not one.
+/// The samples of an OpenMetrics or 0.0.4 text; None if a line is not one.
 fn samples(text: &str) -> Option<Vec<MetricLine>> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -417,9 +417,35 @@ fn samples(text: &str) -> Option<Vec<MetricLine>> {
 #[test]
 fn fuzz_openmetrics_writer() {
     let check = |ps: Vec<Pinned>| {
-        let text = crate::report::openmetrics::encode(ps.clone(), vec!["f_unread".into()], None);
+        use crate::report::openmetrics::{encode, Format};
+        let text = encode(Format::OpenMetrics, &ps, &["f_unread".into()], None);
         let got = samples(&text).unwrap_or_else(|| panic!("not OpenMetrics text:\n{text}"));
         assert_eq!(text.lines().last(), Some("# EOF"));
+        // The text format 0.0.4: the same samples, no # EOF.
+        let plain = encode(Format::Prometheus, &ps, &["f_unread".into()], None);
+        let mut got_plain =
+            samples(&plain).unwrap_or_else(|| panic!("not Prometheus text:\n{plain}"));
+        assert!(!plain.contains("# EOF"), "{plain}");
+        // Values compared as numbers: the encoders may spell a float
+        // differently.
+        let number = |v: &String| v.parse::<f64>().map(f64::to_bits).unwrap_or(u64::MAX);
+        let mut sorted = got.clone();
+        sorted.sort();
+        got_plain.sort();
+        assert_eq!(
+            got_plain.len(),
+            sorted.len(),
+            "0.0.4:\n{plain}\nOpenMetrics:\n{text}"
+        );
+        for (a, b) in got_plain.iter().zip(&sorted) {
+            assert!(
+                a.0 == b.0
+                    && a.1 == b.1
+                    && number(&a.2) == number(&b.2)
+                    && number(&a.2) != u64::MAX,
+                "0.0.4 {a:?}, OpenMetrics {b:?}"
+            );
+        }
         for p in &ps {
             for r in p.calls.rows.iter().filter(|r| !r.special) {
                 let want = [

@@ -1,7 +1,8 @@
 //! `topdown serve`: a small HTTP server for Prometheus and continuous
 //! profilers. GET /metrics reads every pinned instance afresh and answers
-//! with OpenMetrics text, one request at a time, which is plenty for
-//! scrapers; with --capture, GET /debug/pprof/topdown?seconds=N waits N
+//! in the Prometheus text format 0.0.4, or in OpenMetrics for a client
+//! whose Accept header asks for it (as Prometheus does), one request at a
+//! time, which is plenty for scrapers; with --capture, GET /debug/pprof/topdown?seconds=N waits N
 //! seconds (in a thread of its own) and answers with the stacks captured
 //! meanwhile, as a gzipped pprof profile.
 
@@ -16,7 +17,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 use crate::error::{Error, Result};
 use crate::funcname::FuncName;
 pub(crate) use crate::listen::Listen;
-use crate::report::openmetrics::{CaptureSeries, CONTENT_TYPE};
+use crate::report::openmetrics::{CaptureSeries, Format};
 use crate::report::pprof::{self, Key};
 use crate::session::watch::Captured;
 
@@ -123,12 +124,12 @@ impl Captures {
     }
 }
 
-/// Serves until `stop` is set; `scrape` renders /metrics; `captures`, with
-/// --capture, feeds /debug/pprof/topdown.
+/// Serves until `stop` is set; `scrape` renders /metrics in a format;
+/// `captures`, with --capture, feeds /debug/pprof/topdown.
 pub(crate) fn run(
     listen: &Listen,
     stop: &AtomicBool,
-    scrape: impl Fn() -> Result<String> + Sync,
+    scrape: impl Fn(Format) -> Result<String> + Sync,
     captures: Option<&Captures>,
 ) -> Result<()> {
     let server = Server::http(listen.addrs.as_slice()).map_err(|e| {
@@ -158,7 +159,14 @@ pub(crate) fn run(
                     s.spawn(move || respond(req, profile(&query, c, stop)));
                 }
                 _ => {
-                    let reply = answer(req.method(), req.url(), &scrape, captures.is_some());
+                    let accept = accept_header(&req);
+                    let reply = answer(
+                        req.method(),
+                        req.url(),
+                        accept.as_deref(),
+                        &scrape,
+                        captures.is_some(),
+                    );
                     respond(req, reply);
                 }
             }
@@ -171,12 +179,66 @@ const PPROF_PATH: &str = "/debug/pprof/topdown";
 
 fn respond(req: Request, (status, content_type, body): (u16, &'static str, Vec<u8>)) {
     let header = Header::from_bytes("Content-Type", content_type).expect("a valid header");
+    // /metrics's format depends on Accept: caches must not mix them up.
+    let vary = Header::from_bytes("Vary", "Accept").expect("a valid header");
     // A client that went away is its own business.
     let _ = req.respond(
         Response::from_data(body)
             .with_status_code(status)
-            .with_header(header),
+            .with_header(header)
+            .with_header(vary),
     );
+}
+
+/// The request's Accept headers, joined as one (None: none).
+fn accept_header(req: &Request) -> Option<String> {
+    let values: Vec<&str> = req
+        .headers()
+        .iter()
+        .filter(|h| h.field.equiv("Accept"))
+        .map(|h| h.value.as_str())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
+}
+
+/// The format an Accept header asks for, as the Prometheus client
+/// libraries negotiate it: the media ranges by quality, highest first
+/// (equal ones in order), and the first that is OpenMetrics (version
+/// 1.0.0, 0.0.1 or none) or the text format (version 0.0.4 or none) wins;
+/// with none of these, or no header, the text format 0.0.4.
+fn negotiate(accept: Option<&str>) -> Format {
+    let mut ranges: Vec<(f32, Option<Format>)> = Vec::new();
+    for range in accept.unwrap_or("").split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let (mut q, mut version) = (1.0f32, None);
+        for param in parts {
+            let (k, v) = param.split_once('=').unwrap_or((param, ""));
+            let v = v.trim().trim_matches('"');
+            match k.trim().to_ascii_lowercase().as_str() {
+                // A quality that does not parse is 0, as Go's goautoneg has it.
+                "q" => q = v.parse().unwrap_or(0.0),
+                "version" => version = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        let format = match (media.as_str(), version.as_deref()) {
+            ("application/openmetrics-text", None | Some("1.0.0" | "0.0.1")) => {
+                Some(Format::OpenMetrics)
+            }
+            ("text/plain", None | Some("0.0.4")) => Some(Format::Prometheus),
+            _ => None,
+        };
+        if q > 0.0 {
+            ranges.push((q, format));
+        }
+    }
+    // A stable sort: equal qualities keep the client's order.
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranges
+        .into_iter()
+        .find_map(|(_, f)| f)
+        .unwrap_or(Format::Prometheus)
 }
 
 /// The pprof window a query asks for: `seconds` (default 30) and
@@ -265,23 +327,28 @@ fn send_notify(path: &std::ffi::OsStr, msg: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Status, content type and body for a request other than a profile.
+/// Status, content type and body for a request other than a profile,
+/// given its Accept header.
 fn answer(
     method: &Method,
     url: &str,
-    scrape: &impl Fn() -> Result<String>,
+    accept: Option<&str>,
+    scrape: &impl Fn(Format) -> Result<String>,
     capture: bool,
 ) -> (u16, &'static str, Vec<u8>) {
     let path = url.split('?').next().unwrap_or(url);
     let text = |status: u16, t: String| (status, TEXT, t.into_bytes());
     match (method, path) {
-        (Method::Get, "/metrics") => match scrape() {
-            Ok(body) => (200, CONTENT_TYPE, body.into_bytes()),
-            Err(e) => {
-                eprintln!("topdown: scrape failed: {e}");
-                text(500, format!("topdown: {e}\n"))
+        (Method::Get, "/metrics") => {
+            let format = negotiate(accept);
+            match scrape(format) {
+                Ok(body) => (200, format.content_type(), body.into_bytes()),
+                Err(e) => {
+                    eprintln!("topdown: scrape failed: {e}");
+                    text(500, format!("topdown: {e}\n"))
+                }
             }
-        },
+        }
         (Method::Get, PPROF_PATH) if !capture => text(
             404,
             "topdown: no stacks are captured: start topdown serve with --capture\n".into(),
@@ -309,13 +376,34 @@ mod tests {
 
     #[test]
     fn routes() {
-        let ok = || Ok("m 1\n# EOF\n".to_string());
-        let get = |url: &str, capture: bool| answer(&Method::Get, url, &ok, capture);
+        let ok = |f: Format| Ok(format!("m 1 {f:?}\n"));
+        let get = |url: &str, capture: bool| answer(&Method::Get, url, None, &ok, capture);
         assert_eq!(get("/metrics", false).0, 200);
-        assert_eq!(get("/metrics?x=1", false).2, b"m 1\n# EOF\n");
+        assert_eq!(
+            get("/metrics?x=1", false),
+            (
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                b"m 1 Prometheus\n".to_vec()
+            )
+        );
+        assert_eq!(
+            answer(
+                &Method::Get,
+                "/metrics",
+                Some("application/openmetrics-text"),
+                &ok,
+                false
+            ),
+            (
+                200,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                b"m 1 OpenMetrics\n".to_vec()
+            )
+        );
         assert_eq!(get("/", false).0, 200);
         assert_eq!(get("/nope", false).0, 404);
-        assert_eq!(answer(&Method::Post, "/metrics", &ok, false).0, 405);
+        assert_eq!(answer(&Method::Post, "/metrics", None, &ok, false).0, 405);
         let no = get("/debug/pprof/topdown?seconds=1", false);
         assert_eq!(
             (no.0, String::from_utf8(no.2).unwrap()),
@@ -324,15 +412,47 @@ mod tests {
                 "topdown: no stacks are captured: start topdown serve with --capture\n".into()
             )
         );
-        let bad = || Err(Error::msg("no kallsyms"));
+        let bad = |_: Format| Err(Error::msg("no kallsyms"));
         assert_eq!(
-            answer(&Method::Get, "/metrics", &bad, false),
+            answer(&Method::Get, "/metrics", None, &bad, false),
             (
                 500,
                 "text/plain; charset=utf-8",
                 b"topdown: no kallsyms\n".to_vec()
             )
         );
+    }
+
+    /// Accept headers as real clients send them.
+    #[test]
+    fn negotiates_the_format() {
+        use Format::{OpenMetrics as Om, Prometheus as Text};
+        for (accept, want) in [
+            // No header (curl -s, wget, promtool's own fetch): the text format.
+            (None, Text),
+            (Some(""), Text),
+            (Some("*/*"), Text),
+            // Prometheus 2.42's scrape.
+            (Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"), Om),
+            // Prometheus 3's, with escaping, and an older Prometheus's.
+            (Some("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"), Om),
+            (Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.1"), Text),
+            // Scrapers that ask for the text format first.
+            (Some("text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5"), Text),
+            (Some("text/plain; version=0.0.4, application/openmetrics-text; version=1.0.0"), Text),
+            // Quality decides, not order; equal qualities keep the order.
+            (Some("text/plain;q=0.2, application/openmetrics-text;q=0.9"), Om),
+            (Some("Application/OpenMetrics-Text; Version=\"1.0.0\""), Om),
+            (Some("application/openmetrics-text;version=0.0.1"), Om),
+            // A version not spoken, or refused with q=0: not that one.
+            (Some("application/openmetrics-text;version=2.0.0"), Text),
+            (Some("application/openmetrics-text;q=0"), Text),
+            (Some("application/openmetrics-text;q=x"), Text),
+            (Some("text/plain;version=1.0.0;q=0.9,application/openmetrics-text;q=0.1"), Om),
+            (Some("text/html, application/json"), Text),
+        ] {
+            assert_eq!(negotiate(accept), want, "Accept: {accept:?}");
+        }
     }
 
     #[test]
@@ -427,33 +547,58 @@ mod tests {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = probe.local_addr().unwrap();
         drop(probe);
+        let scrape = |f: Format| {
+            Ok(match f {
+                Format::OpenMetrics => "topdown_x 1\n# EOF\n".into(),
+                Format::Prometheus => "topdown_x 1\n".into(),
+            })
+        };
         let stop = AtomicBool::new(false);
         let listen = Listen::from(addr);
         std::thread::scope(|s| {
-            let server =
-                s.spawn(|| run(&listen, &stop, || Ok("topdown_x 1\n# EOF\n".into()), None));
-            let mut conn = None;
-            for _ in 0..50 {
-                if let Ok(c) = TcpStream::connect(addr) {
-                    conn = Some(c);
-                    break;
+            let server = s.spawn(|| run(&listen, &stop, scrape, None));
+            let get = |accept: &str| {
+                let mut conn = None;
+                for _ in 0..50 {
+                    if let Ok(c) = TcpStream::connect(addr) {
+                        conn = Some(c);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let mut c = conn.expect("the server listens");
-            c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-                .unwrap();
-            let mut reply = String::new();
-            c.read_to_string(&mut reply).unwrap();
+                let mut c = conn.expect("the server listens");
+                write!(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n{accept}\r\n").unwrap();
+                let mut reply = String::new();
+                c.read_to_string(&mut reply).unwrap();
+                assert!(
+                    reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200"),
+                    "{reply}"
+                );
+                assert!(reply.contains("\r\nVary: Accept\r\n"), "{reply}");
+                reply
+            };
+            let reply = get("");
             assert!(
-                reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200"),
+                reply.contains("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
                 "{reply}"
             );
-            assert!(reply.contains("application/openmetrics-text"), "{reply}");
+            assert!(reply.ends_with("\r\n\r\ntopdown_x 1\n"), "{reply}");
+            let reply = get("Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n");
+            assert!(
+                reply.contains(
+                    "\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+                ),
+                "{reply}"
+            );
             assert!(reply.ends_with("topdown_x 1\n# EOF\n"), "{reply}");
-            let e = run(&listen, &AtomicBool::new(false), || Ok(String::new()), None)
-                .unwrap_err()
-                .to_string();
+            let e = run(
+                &listen,
+                &AtomicBool::new(false),
+                |_| Ok(String::new()),
+                None,
+            )
+            .unwrap_err()
+            .to_string();
             assert!(e.starts_with(&format!("cannot listen on {addr}: ")), "{e}");
             assert!(
                 e.ends_with("pick another address with --listen ADDR:PORT"),

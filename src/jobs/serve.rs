@@ -27,7 +27,7 @@ pub fn serve(listen: Listen, capture: Option<plan::ServeCapture>) -> Result<()> 
     // Kept across scrapes: each would otherwise read /proc/kallsyms again,
     // once per function with new call sites.
     let ksyms = std::sync::Mutex::new(KsymsCache::default());
-    let scrape = || {
+    let scrape = |format| {
         let mut ksyms = ksyms.lock().unwrap_or_else(|p| p.into_inner());
         // One function that cannot be read fails its own series, not the
         // scrape.
@@ -42,7 +42,12 @@ pub fn serve(listen: Listen, capture: Option<plan::ServeCapture>) -> Result<()> 
             }
         }
         let series = captures.as_ref().map(serve::Captures::series);
-        Ok(report::openmetrics::encode(read, unreadable, series))
+        Ok(report::openmetrics::encode(
+            format,
+            &read,
+            &unreadable,
+            series.as_deref(),
+        ))
     };
     let (Some(cap), Some(captures)) = (capture, captures.as_ref()) else {
         return serve::run(&listen, &stop, scrape, None);
