@@ -1,4 +1,7 @@
-# Bad input: one clear line on stderr, a non-zero exit status, nothing attached.
+# Bad input: one clear line on stderr, a non-zero exit status, nothing attached. Exit
+# status 2 when the command line, or a name, value or file it gives, is wrong; 1 when
+# the system refuses (privileges, hidden addresses, a kernel without BTF or kprobes, a
+# function fentry and kprobes cannot reach); see EXIT STATUS in topdown(8).
 . "$TD_LIB"
 need_cmd topdown asnobody
 need_func vfs_read
@@ -35,31 +38,31 @@ expect_error() {
 	true
 }
 
-expect_error 1 "no kernel function named 'no_such_function_xyz'" no_such_function_xyz
-expect_error 1 "did you mean: vfs_read" vfs_rea
+expect_error 2 "no kernel function named 'no_such_function_xyz'" no_such_function_xyz
+expect_error 2 "did you mean: vfs_read" vfs_rea
 # The system call entry ($TD_ENTRY, lib.sh) is in neither BTF nor kprobe-able.
 expect_error 1 "fentry: $TD_ENTRY is not in the kernel's BTF.*; kprobe: .*$TD_ENTRY" "$TD_ENTRY"
 expect_error 1 "cannot trace $TD_ENTRY with fentry: .*not in the kernel's BTF" "$TD_ENTRY" --fentry
-expect_error 1 "unknown reason 'NOPE' for --stack-on" vfs_read --stack-on NOPE
+expect_error 2 "unknown reason 'NOPE' for --stack-on" vfs_read --stack-on NOPE
 expect_error 2 "not a positive number of seconds" vfs_read -i 0
 expect_error 2 "unexpected argument '--bogus'" vfs_read --bogus
-expect_error 1 "no built-in profile named 'nope'" vfs_read --profile nope
+expect_error 2 "no built-in profile named 'nope'" vfs_read --profile nope
 # Filters that can never match, and files that cannot be written or read: refused
 # before anything is loaded.
-expect_error 1 "^topdown: --pid 99999999: no such process\$" vfs_read -p 99999999
-expect_error 1 "^topdown: --cgroup /tmp: not a cgroup v2 directory\$" vfs_read --cgroup /tmp
-expect_error 1 "^topdown: --cgroup /no/such: no such cgroup directory\$" vfs_read --cgroup /no/such
+expect_error 2 "^topdown: --pid 99999999: no such process\$" vfs_read -p 99999999
+expect_error 2 "^topdown: --cgroup /tmp: not a cgroup v2 directory\$" vfs_read --cgroup /tmp
+expect_error 2 "^topdown: --cgroup /no/such: no such cgroup directory\$" vfs_read --cgroup /no/such
 ncpu=$(awk -F- '{ print $NF + 1 }' /sys/devices/system/cpu/possible)
-expect_error 1 "^topdown: --cpu $ncpu: no such CPU (this machine has CPUs 0-$((ncpu - 1)))\$" vfs_read -C 0,$ncpu
+expect_error 2 "^topdown: --cpu $ncpu: no such CPU (this machine has CPUs 0-$((ncpu - 1)))\$" vfs_read -C 0,$ncpu
 expect_error 2 "is not a CPU list" vfs_read -C 3-1
-expect_error 1 "^topdown: --cpu $ncpu: no such CPU" pin vfs_read -C $ncpu
+expect_error 2 "^topdown: --cpu $ncpu: no such CPU" pin vfs_read -C $ncpu
 expect_error 2 "unexpected argument '-p'" pin vfs_read -p 1
 for opt in --folded --flamegraph --save; do
-	expect_error 1 "^topdown: $opt /no/such/dir/out: cannot write it: No such file or directory" vfs_read $opt /no/such/dir/out
+	expect_error 2 "^topdown: $opt /no/such/dir/out: cannot write it: no directory /no/such/dir\$" vfs_read $opt /no/such/dir/out
 done
-expect_error 1 "^topdown: --flamegraph /tmp: cannot write it: it is a directory\$" vfs_read --flamegraph /tmp
-expect_error 1 "^topdown: --vmlinux /no/such/vmlinux: cannot read it: " vfs_read --vmlinux /no/such/vmlinux
-expect_error 1 "^topdown: --vmlinux /proc/version: not an ELF file (a debug vmlinux is)\$" vfs_read --vmlinux /proc/version
+expect_error 2 "^topdown: --flamegraph /tmp: cannot write it: it is a directory\$" vfs_read --flamegraph /tmp
+expect_error 2 "^topdown: --vmlinux /no/such/vmlinux: cannot read it: " vfs_read --vmlinux /no/such/vmlinux
+expect_error 2 "^topdown: --vmlinux /proc/version: not an ELF file (a debug vmlinux is)\$" vfs_read --vmlinux /proc/version
 # kptr_restrict=2 hides kernel addresses even from root.
 old=$(cat /proc/sys/kernel/kptr_restrict)
 echo 2 >/proc/sys/kernel/kptr_restrict

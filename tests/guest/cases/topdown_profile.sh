@@ -10,15 +10,16 @@
 need_cmd topdown thp
 split_fn
 
-# bad_profiles: bad profiles are one line naming the place, exit status 1.
+# bad_profiles: bad profiles are one line naming the place, exit status 2 (a file the
+# command line names is wrong).
 bad_profiles() {
 	printf 'version = 1\n[[reason]]\nname = "A"\ncallers = ["x"]\ncolour = 1\n' >"$TD_TMP/bad.toml"
 	topdown $TD_SPLIT --reasons "$TD_TMP/bad.toml" >"$TD_TMP/out" 2>"$TD_TMP/err"
-	expect_eq "bad file: exit status" $? 1
+	expect_eq "bad file: exit status" $? 2
 	expect_eq "bad file: lines" "$(wc -l <"$TD_TMP/err")" 1
 	grep -q "bad.toml:5:" "$TD_TMP/err" || fail "bad file: no line number: $(cat "$TD_TMP/err")"
 	topdown $TD_SPLIT --rules 'ZAP=a@b/99' >"$TD_TMP/out" 2>"$TD_TMP/err"
-	expect_eq "bad rules: exit status" $? 1
+	expect_eq "bad rules: exit status" $? 2
 	grep -q "depth 99" "$TD_TMP/err" || fail "bad rules: $(cat "$TD_TMP/err")"
 }
 
