@@ -357,3 +357,39 @@ expect_settled() {
 }
 expect_progs() { expect_settled "$1" "$2" td_progs; }
 expect_maps() { expect_settled "$1" "$2" td_maps; }
+
+# check_formats NAME URL FUNC: /metrics at URL in both formats. Without an Accept
+# header: the Prometheus text format 0.0.4 (its Content-Type, no # EOF), which passes
+# promtool check metrics, lint included (a guest without promtool, an arm64 one, says
+# so and goes on). With Prometheus's Accept header: OpenMetrics (its Content-Type, the
+# info type, # EOF), whose series of FUNC are those of the text format.
+check_formats() {
+	timeout 30 wget -S -q -O "$TD_TMP/fmt.txt" "$2/metrics" 2>"$TD_TMP/fmt.hdr" || fail "$1: scrape failed"
+	grep -q '^  Content-Type: text/plain; version=0.0.4; charset=utf-8' "$TD_TMP/fmt.hdr" ||
+		fail "$1: no Accept header, got: $(cat "$TD_TMP/fmt.hdr")"
+	grep -q '^# EOF' "$TD_TMP/fmt.txt" && fail "$1: # EOF in the text format"
+	grep -qx '# TYPE topdown_info gauge' "$TD_TMP/fmt.txt" || fail "$1: topdown_info is not a gauge"
+	if command -v promtool >/dev/null 2>&1; then
+		if ! promtool check metrics <"$TD_TMP/fmt.txt" >"$TD_TMP/promtool.out" 2>&1 ||
+			[ -s "$TD_TMP/promtool.out" ]; then
+			fail "$1: promtool check metrics: $(cat "$TD_TMP/promtool.out")"
+		fi
+		echo "ok: $1: promtool check metrics passes $(grep -c '^topdown' "$TD_TMP/fmt.txt") samples"
+	else
+		echo "note: $1: no promtool in this guest: promtool check metrics not run"
+	fi
+	timeout 30 wget -S -q -O "$TD_TMP/fmt.om" --header \
+		"Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1" \
+		"$2/metrics" 2>"$TD_TMP/fmt.hdr" || fail "$1: OpenMetrics scrape failed"
+	grep -q '^  Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8' "$TD_TMP/fmt.hdr" ||
+		fail "$1: OpenMetrics asked for, got: $(cat "$TD_TMP/fmt.hdr")"
+	expect_eq "$1: OpenMetrics ends" "$(tail -n 1 "$TD_TMP/fmt.om")" "# EOF"
+	grep -qx '# TYPE topdown info' "$TD_TMP/fmt.om" || fail "$1: no info metric in OpenMetrics"
+	for f in txt om; do
+		grep "^topdown[a-z_]*{function=\"$3\"," "$TD_TMP/fmt.$f" | sed 's/ [^ ]*$//' | sort >"$TD_TMP/series.$f"
+	done
+	if [ ! -s "$TD_TMP/series.txt" ] || ! cmp -s "$TD_TMP/series.txt" "$TD_TMP/series.om"; then
+		fail "$1: the series of $3 differ: $(diff "$TD_TMP/series.txt" "$TD_TMP/series.om")"
+	fi
+	echo "ok: $1: OpenMetrics when asked for, $(wc -l <"$TD_TMP/series.om") series of $3 as in the text format"
+}
