@@ -56,8 +56,8 @@ watch_bytes() {
 
 # The cat-able files (BPF iterators): made on 5.19 and later, else the pin says so in
 # one line and pins without them.
-set -- $(uname -r | tr '.-' '  ')
-if [ "$1" -gt 5 ] || { [ "$1" = 5 ] && [ "$2" -ge 19 ]; }; then FILES=yes; else FILES=; fi
+kmajor=$(uname -r | cut -d. -f1) kminor=$(uname -r | cut -d. -f2)
+if [ "$kmajor" -gt 5 ] || { [ "$kmajor" = 5 ] && [ "$kminor" -ge 19 ]; }; then FILES=yes; else FILES=; fi
 # check_files WHAT: the reasons and metrics files give show's counts, exactly (the
 # last show_json's, which resolved every call site).
 check_files() {
