@@ -5,7 +5,12 @@ use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const SRC: &str = "src/bpf/topdown.bpf.c";
+/// The counting programs, and the pinned files' iterators (a separate
+/// object: only `topdown pin` loads it).
+const SOURCES: [(&str, &str); 2] = [
+    ("src/bpf/topdown.bpf.c", "topdown"),
+    ("src/bpf/iter.bpf.c", "iter"),
+];
 
 /// The oldest libbpf the system-libbpf feature builds against: the oldest tried
 /// that works (Debian 13's). Debian 12's 1.1 lacks bpf_prog_get_info_by_fd (1.2),
@@ -52,22 +57,24 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let clang = env::var_os("CLANG").unwrap_or_else(|| "clang".into());
 
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang(&clang)
-        .clang_args(clang_args(&manifest, &arch))
-        .build_and_generate(out_dir.join("topdown.skel.rs"))
-        .unwrap_or_else(|e| panic!("building {SRC}: {e:#}"));
-    // The other architecture's object too, thrown away: each build checks
-    // that both compile without a warning, whichever it is for.
-    for other in ["x86_64", "aarch64"].into_iter().filter(|a| *a != arch) {
+    for (src, name) in SOURCES {
         SkeletonBuilder::new()
-            .source(SRC)
-            .obj(out_dir.join(format!("topdown-{other}.bpf.o")))
+            .source(src)
             .clang(&clang)
-            .clang_args(clang_args(&manifest, other))
-            .build()
-            .unwrap_or_else(|e| panic!("building {SRC} for {other}: {e:#}"));
+            .clang_args(clang_args(&manifest, &arch))
+            .build_and_generate(out_dir.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| panic!("building {src}: {e:#}"));
+        // The other architecture's object too, thrown away: each build checks
+        // that both compile without a warning, whichever it is for.
+        for other in ["x86_64", "aarch64"].into_iter().filter(|a| *a != arch) {
+            SkeletonBuilder::new()
+                .source(src)
+                .obj(out_dir.join(format!("{name}-{other}.bpf.o")))
+                .clang(&clang)
+                .clang_args(clang_args(&manifest, other))
+                .build()
+                .unwrap_or_else(|e| panic!("building {src} for {other}: {e:#}"));
+        }
     }
     for name in bpf_sources(&manifest) {
         println!("cargo:rerun-if-changed=src/bpf/{name}");
@@ -76,7 +83,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CLANG");
 }
 
-/// The BPF C: topdown.bpf.c and every header beside it (the Rust files of
+/// The BPF C: the SOURCES and every header beside them (the Rust files of
 /// src/bpf are not watched, so that editing them does not recompile the C).
 /// A new header is found too, as the #include that brings it changes the C.
 fn bpf_sources(manifest: &Path) -> Vec<String> {

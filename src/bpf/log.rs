@@ -47,8 +47,14 @@ fn reason(log: &str) -> Option<String> {
             let walked = l
                 .split_once(':')
                 .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            // A subprogram call's register states ("R1=ctx() R10=fp0").
+            let regs = l.strip_prefix('R').is_some_and(|r| {
+                let n = r.bytes().take_while(u8::is_ascii_digit).count();
+                n > 0 && r[n..].starts_with(['=', '_'])
+            });
             !l.is_empty()
                 && !walked
+                && !regs
                 && ![
                     ";",
                     "func#",
@@ -62,6 +68,9 @@ fn reason(log: &str) -> Option<String> {
                     "parent ",
                     "mark_precise",
                     "Func#",
+                    "caller:",
+                    "callee:",
+                    "frame",
                 ]
                 .iter()
                 .any(|p| l.starts_with(p))
@@ -86,6 +95,14 @@ mod tests {
             Some("number of funcs in func_info doesn't match number of subprogs")
         );
         assert_eq!(reason("\nprocessed 3 insns\n"), None);
+        // A call into a subprogram: its register states are no reason.
+        let log =
+            "1: (85) call pc+2\ncaller:\n R10=fp0\ncallee:\n frame1: R1=ctx() R2_w=0 R10=fp0\n\
+                   265: (0f) r3 += r1\nR3 pointer arithmetic on buf_or_null prohibited\n";
+        assert_eq!(
+            reason(log).as_deref(),
+            Some("R3 pointer arithmetic on buf_or_null prohibited")
+        );
         let log = "0: (79) r1 = *(u64 *)(r1 +0)\nR1 invalid mem access 'scalar'\n";
         assert_eq!(
             reason(log).as_deref(),

@@ -1,5 +1,6 @@
 //! The kernel side: the BPF programs (`topdown.bpf.c`, the `.bpf.h`
-//! headers it includes, and `topdown.h`), their generated skeleton, and
+//! headers it includes, and `topdown.h`; `iter.bpf.c`, the pinned files),
+//! their generated skeletons, and
 //! the Rust that loads, attaches and reads them.
 //! `abi` mirrors the header, and `deep`, `percpu` and `sample` decode
 //! what the maps hold; `probe` is the loaded object; `attach` chooses
@@ -10,6 +11,7 @@ pub(crate) mod abi;
 pub(crate) mod attach;
 pub(crate) mod ctl;
 pub(crate) mod deep;
+pub(crate) mod iter;
 pub(crate) mod log;
 pub(crate) mod maps;
 pub(crate) mod percpu;

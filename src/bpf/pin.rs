@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use libbpf_rs::Link;
 use serde::{Deserialize, Serialize};
 
+use crate::bpf::iter;
 use crate::bpf::maps::{Maps, PINNED_MAPS};
 use crate::bpf::probe::{Mode, Probe};
 use crate::bpf::skel::types;
@@ -189,7 +190,11 @@ fn remove_dir(name: &str) -> Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(cannot(e)),
     };
-    for entry in PINNED_MAPS.iter().chain(&["link", "prog"]) {
+    for entry in PINNED_MAPS
+        .iter()
+        .chain(&["link", "prog"])
+        .chain(&iter::FILES)
+    {
         match pins.is_file(entry) {
             Ok(true) => pins
                 .unlink(entry, false)
@@ -259,6 +264,14 @@ pub(crate) fn pin(
         let text = serde_json::to_string(meta).expect("meta serializes");
         probe.maps().set_meta(&text)?;
         probe.pin(&tmp)?;
+        // The cat-able files are extras: a kernel that cannot make them
+        // (before 5.19) still gets the counting instance.
+        if let Err(e) = iter::pin_files(&tmp, func.as_str()) {
+            eprintln!(
+                "topdown: {func}: pinned without its reasons and metrics files \
+                 (they need Linux 5.19 or later): {e}"
+            );
+        }
         if replace && dir.exists() {
             return exchange(&tmp_name, func);
         }

@@ -54,6 +54,52 @@ watch_bytes() {
 		sed 's/.*\[//; s/\].*//'
 }
 
+# The cat-able files (BPF iterators): made on 5.19 and later, else the pin says so in
+# one line and pins without them.
+kmajor=$(uname -r | cut -d. -f1) kminor=$(uname -r | cut -d. -f2)
+if [ "$kmajor" -gt 5 ] || { [ "$kmajor" = 5 ] && [ "$kminor" -ge 19 ]; }; then FILES=yes; else FILES=; fi
+# check_files WHAT: the reasons and metrics files give show's counts, exactly (the
+# last show_json's, which resolved every call site).
+check_files() {
+	cat $ROOT/$FN/reasons >"$TD_TMP/reasons" || fail "$1: cat reasons failed"
+	cat $ROOT/$FN/metrics >"$TD_TMP/metrics.prom" || fail "$1: cat metrics failed"
+	echo "--- $ROOT/$FN/reasons ($1)"
+	cat "$TD_TMP/reasons"
+	echo "--- $ROOT/$FN/metrics ($1)"
+	cat "$TD_TMP/metrics.prom"
+	echo "---"
+	expect_eq "$1: reasons header" "$(head -n 1 "$TD_TMP/reasons")" "$FN: calls per reason since it was pinned"
+	pairs=$(echo "$SHOWN" | grep -o '{"reason":"[^"]*","count":[0-9]*' | sed 's/{"reason":"//; s/","count":/ /')
+	[ -n "$pairs" ] || fail "$1: no reasons in show's output"
+	echo "$pairs" | while read -r reason n; do
+		grep -qx "$reason: $n" "$TD_TMP/reasons" ||
+			fail "$1: reasons has no '$reason: $n': $(grep "^$reason:" "$TD_TMP/reasons")"
+		grep -qx "topdown_calls_total{function=\"$FN\",reason=\"$reason\"} $n" "$TD_TMP/metrics.prom" ||
+			fail "$1: metrics has not $reason $n: $(grep "\"$reason\"" "$TD_TMP/metrics.prom")"
+	done || exit 1
+	expect_eq "$1: reason lines" "$(grep -vc -E '^(caller_not_found|sites_full|unresolved): ' "$TD_TMP/reasons")" \
+		"$(($(echo "$pairs" | wc -l) + 1))"
+	grep -qx "caller_not_found: 0" "$TD_TMP/reasons" || fail "$1: caller_not_found is not 0"
+	grep -qx "sites_full: 0" "$TD_TMP/reasons" || fail "$1: sites_full is not 0"
+	grep -q "^unresolved" "$TD_TMP/reasons" && fail "$1: unresolved calls after show"
+	grep -qx "topdown_drops_total{function=\"$FN\",cause=\"caller_not_found\"} 0" "$TD_TMP/metrics.prom" ||
+		fail "$1: no caller_not_found drops in metrics"
+	grep -qx "# TYPE topdown_calls_total counter" "$TD_TMP/metrics.prom" || fail "$1: no TYPE line"
+	grep -qx "# HELP topdown_calls_total Calls of the traced kernel function per reason since it was pinned." \
+		"$TD_TMP/metrics.prom" || fail "$1: no HELP line"
+	# Prometheus text 0.0.4: comments, or NAME{LABELS} VALUE; no OpenMetrics # EOF.
+	bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^[a-z_]+\{([a-z_]+="[^"]*",?)*\} [0-9]+$' "$TD_TMP/metrics.prom")
+	[ -z "$bad" ] || fail "$1: not Prometheus text: $bad"
+	# node_exporter's textfile collector reads *.prom files: a symlink gives the name.
+	mkdir -p /tmp/textfile && ln -sf $ROOT/$FN/metrics /tmp/textfile/topdown_$FN.prom
+	cmp -s /tmp/textfile/topdown_$FN.prom "$TD_TMP/metrics.prom" || fail "$1: the symlink reads otherwise"
+	rm -r /tmp/textfile
+}
+# file_progs: the pinned files' iterator programs loaded.
+file_progs() {
+	bpftool prog show 2>/dev/null | grep -c -E ' name (reasons_file|metrics_file) '
+}
+
 expect_eq "nothing pinned" "$(topdown show)" \
 	"nothing is pinned (pin a function with topdown pin FUNC; pins do not survive a reboot)"
 
@@ -64,8 +110,22 @@ cat "$TD_TMP/pin.err"
 [ -z "$(pidof topdown)" ] || fail "a topdown process is still running"
 expect_eq "pin dir mode" "$(stat -c %a $ROOT/$FN)" 700
 expect_eq "pin modes" "$(stat -c %a $ROOT/$FN/* | sort -u)" 600
+if [ "$FILES" ]; then
+	[ -f $ROOT/$FN/reasons ] && [ -f $ROOT/$FN/metrics ] || fail "no reasons or metrics file: $(ls $ROOT/$FN)"
+	expect_eq "file iterator programs" "$(file_progs)" 2
+	grep -q "without its reasons" "$TD_TMP/pin.err" && fail "pin: $(cat "$TD_TMP/pin.err")"
+else
+	expect_eq "pin's line on the files" "$(grep -c "^topdown: $FN: pinned without its reasons and metrics files (they need Linux 5.19 or later): " "$TD_TMP/pin.err")" 1
+	[ ! -e $ROOT/$FN/reasons ] && [ ! -e $ROOT/$FN/metrics ] || fail "files made on $(uname -r)"
+fi
 # shellcheck disable=SC2086
 thp $MIX >/dev/null || fail "thp failed"
+if [ "$FILES" ]; then
+	# Before any reader: every call is in the counts or from a site not resolved yet.
+	cat $ROOT/$FN/reasons
+	sum=$(sed -n 's/^[^ ]*: \([0-9]*\)$/\1/p; s/^unresolved: \([0-9]*\) .*/\1/p' $ROOT/$FN/reasons |
+		awk '{s += $1} END {print s}')
+fi
 show_json
 if [ $FN = deferred_split_huge_page ]; then
 	expect_eq "pinned: MUNMAP" "$(reason_shown MUNMAP)" $((256 * P))
@@ -87,6 +147,10 @@ expect_eq "pinned: top reason" "$(echo "$SHOWN" | grep -o '"top_reason":"[A-Z_a-
 echo "$SHOWN" | grep -q "\"hot_reason\":null,\"top_reason\":\"$top\",\"top_share\":$share,\"threshold\":80," ||
 	fail "pinned: hot reason not null below the threshold"
 topdown show | grep -q "^$FN: $total calls in .* since it was pinned" || fail "no text show: $(topdown show)"
+if [ "$FILES" ]; then
+	expect_eq "reasons before a reader: all calls" "$sum" $total
+	check_files "pinned"
+fi
 
 # 2. Bad input: one line, nothing changed.
 expect_fail "$FN is already pinned" pin $FN
@@ -197,6 +261,7 @@ else
 	M_ZAP=ZAP M_ZAP_N=$((P + Q + P)) M_2=MADV_COLLAPSE M_2_N=$C
 fi
 expect_eq "after show: watch key" "$(watch_bytes)" "0,0,0,0"
+[ "$FILES" ] && check_files "after the readers"
 # The killed reader's lock is gone: a new reader starts.
 td_start $FN -d 1
 td_stop INT
@@ -233,6 +298,7 @@ wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 topdown unpin $FN || fail "unpin failed"
 [ ! -e $ROOT/$FN ] || fail "the pin directory is still there"
 expect_progs "programs left" 0
+expect_settled "file iterator programs left" 0 file_progs
 expect_eq "links left" "$(bpftool link show 2>/dev/null | grep -c ' prog ')" 0
 expect_maps "maps left" 0
 

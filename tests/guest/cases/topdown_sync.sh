@@ -82,6 +82,20 @@ expect_eq "second sync" "$(cat "$TD_TMP/sync.err")" \
 expect_eq "second sync: pinned_at" "$(pinned_at $FN)" "$t1"
 expect_progs "second sync: programs" 2
 
+# The pinned files (BPF iterators) are made on 5.19 and later.
+kmajor=$(uname -r | cut -d. -f1) kminor=$(uname -r | cut -d. -f2)
+if [ "$kmajor" -gt 5 ] || { [ "$kmajor" = 5 ] && [ "$kminor" -ge 19 ]; }; then FILES=yes; else FILES=; fi
+# file_calls FN REASON: REASON's calls of FN in its pinned metrics file.
+file_calls() {
+	grep "^topdown_calls_total{function=\"$1\",reason=\"$2\"} " $ROOT/$1/metrics | sed 's/.* //'
+}
+file_progs() {
+	bpftool prog show 2>/dev/null | grep -c -E ' name (reasons_file|metrics_file) '
+}
+if [ "$FILES" ]; then
+	expect_eq "files of the synced pins" "$(ls $ROOT/$FN/reasons $ROOT/vfs_read/metrics | wc -l)" 2
+fi
+
 # calls FN REASON: the metric of REASON's calls of pinned FN.
 calls() {
 	metric "topdown_calls_total{function=\"$1\",reason=\"$2\"}"
@@ -137,6 +151,11 @@ if [ $FN = deferred_split_huge_page ]; then
 else
 	expect_eq "re-pin: ZAP" "$(calls $FN ZAP)" $P
 	expect_eq "re-pin: FAULT_ALLOC" "$(calls $FN FAULT_ALLOC)" $P
+fi
+# The new instance's file: its counts, as serve (which resolved the sites) has them.
+if [ "$FILES" ]; then
+	cat $ROOT/$FN/reasons
+	expect_eq "re-pin: ZAP in the metrics file" "$(file_calls $FN ZAP)" "$(calls $FN ZAP)"
 fi
 kill -INT $serve_pid
 wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
@@ -204,6 +223,7 @@ synced_line "topdown: unpinned vfs_open: new.toml declares it no more"
 expect_eq "config removed: pinned" "$(ls $ROOT | tr '\n' ' ')" "vfs_write "
 topdown unpin vfs_write 2>/dev/null || fail "unpin failed"
 expect_progs "programs left" 0
+expect_settled "file iterator programs left" 0 file_progs
 expect_maps "maps left" 0
 expect_eq "pins left" "$(ls -A $ROOT)" ""
 exit 0
