@@ -26,14 +26,16 @@ else
 	READ="--munmap-halves $P" READ_ON=ZAP KILLED_ON=FAULT_ALLOC
 fi
 
-# expect_fail PATTERN ARGS...: topdown ARGS fails with one line matching PATTERN.
+# expect_fail RC PATTERN ARGS...: topdown ARGS fails with exit status RC (2: the name or
+# option given is wrong; 1: the system or the pin's state refuses) and one line matching
+# PATTERN.
 expect_fail() {
-	pattern=$1
-	shift
+	want_rc=$1 pattern=$2
+	shift 2
 	topdown "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
 	rc=$?
 	echo "+ topdown $*: $(cat "$TD_TMP/err")"
-	[ $rc = 1 ] || fail "topdown $*: exit status $rc, want 1"
+	[ $rc = "$want_rc" ] || fail "topdown $*: exit status $rc, want $want_rc"
 	expect_eq "stderr lines of topdown $*" "$(wc -l <"$TD_TMP/err")" 1
 	grep -q -- "$pattern" "$TD_TMP/err" || fail "topdown $*: stderr does not match '$pattern'"
 }
@@ -153,12 +155,12 @@ if [ "$FILES" ]; then
 fi
 
 # 2. Bad input: one line, nothing changed.
-expect_fail "$FN is already pinned" pin $FN
-expect_fail "vfs_read is not pinned" show vfs_read
-expect_fail "vfs_read is not pinned" unpin vfs_read
-expect_fail "$FN is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" $FN --kprobe
+expect_fail 1 "$FN is already pinned" pin $FN
+expect_fail 2 "vfs_read is not pinned" show vfs_read
+expect_fail 2 "vfs_read is not pinned" unpin vfs_read
+expect_fail 2 "$FN is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" $FN --kprobe
 mkdir $ROOT/bogus
-expect_fail "bogus's pinned instance cannot be read by this topdown .*: it has no counts; remove it with 'topdown unpin bogus'" show bogus
+expect_fail 1 "bogus's pinned instance cannot be read by this topdown .*: it has no counts; remove it with 'topdown unpin bogus'" show bogus
 topdown unpin bogus 2>/dev/null || fail "unpin of a broken pin failed"
 [ ! -e $ROOT/bogus ] || fail "bogus is still there"
 out=$(asnobody topdown show 2>&1) && fail "show as nobody succeeded: $out"
@@ -186,8 +188,8 @@ expect_eq "in /sys/fs/bpf" "$(ls -A /sys/fs/bpf)" "$bpffs_before"
 expect_eq "locks made" "$(ls -A /run/topdown 2>/dev/null)" "$locks_before"
 # A symlink under the root is no pin: not listed, not followed, not removed.
 ln -s /tmp/rv/victim $ROOT/victim
-expect_fail "victim is not pinned" unpin victim
-expect_fail "victim is not pinned" show victim
+expect_fail 2 "victim is not pinned" unpin victim
+expect_fail 2 "victim is not pinned" show victim
 topdown show | grep -q victim && fail "show lists a symlink: $(topdown show)"
 # A pin directory with a symlink and a directory planted in it: topdown's pins are
 # removed (the program is detached), the rest is left and named.
@@ -196,7 +198,7 @@ progs=$(td_progs)
 ln -s /tmp/rv/victim $ROOT/vfs_read/evil
 ln -s /tmp/rv/victim/file $ROOT/vfs_read/evil_file
 mkdir $ROOT/vfs_read/foreign
-expect_fail "^topdown: left $ROOT/vfs_read in place: it holds evil, evil_file, foreign, which topdown did not make; topdown's own pins in it are removed\$" unpin vfs_read
+expect_fail 1 "^topdown: left $ROOT/vfs_read in place: it holds evil, evil_file, foreign, which topdown did not make; topdown's own pins in it are removed\$" unpin vfs_read
 expect_progs "programs after unpin with foreign entries" $((progs - 1))
 expect_eq "left in the pin directory" "$(ls -A $ROOT/vfs_read | tr '\n' ' ')" "evil evil_file foreign "
 expect_eq "the victim's file after unpin" "$(cat /tmp/rv/victim/file)" keep
@@ -208,7 +210,7 @@ rmdir $ROOT/vfs_read/foreign $ROOT/vfs_read
 # leaves the pinned instance counting, exactly.
 td_start $FN -i 1 --stack-on $READ_ON
 grep -q "reading pinned $FN with fentry" "$TD_ERR" || fail "header: $(cat "$TD_ERR")"
-expect_fail "$FN's pinned instance is being read by topdown (pid $TD_PID)" $FN -d 1
+expect_fail 1 "$FN's pinned instance is being read by topdown (pid $TD_PID)" $FN -d 1
 # shellcheck disable=SC2086
 thp $READ >/dev/null || fail "thp failed"
 td_stop INT
@@ -273,7 +275,9 @@ wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
 # A pinned function that cannot be read (a broken pin directory) fails its own series,
 # not the scrape.
 mkdir $ROOT/bogus
-timeout 30 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+# Asked for OpenMetrics, as Prometheus asks (the text format is checked by topdown_sync).
+timeout 30 wget -q -O "$TD_TMP/metrics" --header "Accept: application/openmetrics-text;version=1.0.0" \
+	http://127.0.0.1:9476/metrics || fail "scrape failed"
 rmdir $ROOT/bogus
 head -5 "$TD_TMP/metrics"
 grep -qx 'topdown_read_error{function="bogus"} 1' "$TD_TMP/metrics" || fail "no read error for bogus"
@@ -289,7 +293,7 @@ expect_eq "metrics end" "$(tail -n 1 "$TD_TMP/metrics")" "# EOF"
 # Every line: a comment (# HELP, # TYPE, # EOF) or NAME{LABELS} VALUE.
 bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^# EOF$|^[a-z_]+\{([a-z_]+="[^"]*",?)*\} [0-9.e+-]+$' "$TD_TMP/metrics")
 [ -z "$bad" ] || fail "not OpenMetrics text: $bad"
-expect_fail "cannot listen on 127.0.0.1:9476: .*pick another address with --listen ADDR:PORT" serve --listen 127.0.0.1:9476
+expect_fail 1 "cannot listen on 127.0.0.1:9476: .*pick another address with --listen ADDR:PORT" serve --listen 127.0.0.1:9476
 kill -INT $serve_pid
 wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 
@@ -309,7 +313,7 @@ if kprobe_links; then
 	pin_mode=kprobe
 	topdown pin vfs_read --kprobe --no-profile 2>/dev/null || fail "kprobe pin failed"
 else
-	expect_fail "kprobe links need kernel 5.15 or later" pin vfs_read --kprobe --no-profile
+	expect_fail 1 "kprobe links need kernel 5.15 or later" pin vfs_read --kprobe --no-profile
 	expect_progs "programs left after a refused kprobe pin" 0
 	expect_eq "pins left after a refused kprobe pin" "$(ls -A $ROOT)" ""
 	pin_mode=fentry
@@ -331,7 +335,7 @@ umount /sys/fs/bpf
 topdown pin vfs_read --no-profile 2>/dev/null || fail "pin without bpffs mounted failed"
 topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
 mount -o remount,ro /sys/fs/bpf
-expect_fail "cannot" pin vfs_read --no-profile
+expect_fail 1 "cannot" pin vfs_read --no-profile
 mount -o remount,rw /sys/fs/bpf
 expect_progs "programs left after a failed pin" 0
 expect_eq "pins left after a failed pin" "$(ls -A $ROOT)" ""
