@@ -9,9 +9,10 @@
 #   3. a steady 50/50 mix of two reasons: capture never starts;
 #   4. --no-auto: a burst starts nothing;
 #   5. capture on THP faults (FAULT_ALLOC), 3 s without a call, then a burst of half
-#      unmaps (ZAP): the silent reason does not hold capture, which moves within 0.3 s of
-#      the burst's first call (the workload's CLOCK_MONOTONIC stamp against the capture's
-#      start_ns, the same clock) and takes stacks.
+#      unmaps (ZAP): the silent reason does not hold capture, which moves before half
+#      of the burst's calls are made (the workload's CLOCK_MONOTONIC stamps against the
+#      capture's start_ns, the same clock; the delay in ms is printed, not bounded: a
+#      busy host stretches it, and the burst with it) and takes stacks.
 # On 6.1 and 5.10 the function is deferred_split_huge_page, which THP faults never
 # call, and page_remove_rmap calls it for every PTE-mapped page of a THP it unmaps:
 # 256 at each half unmap, 256 more at exit. There the reasons come from rules: a half
@@ -152,8 +153,11 @@ if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	first=$(awk '$1 == "munmap" { print $2; exit }' "$TD_TMP/stamps")
 	start=$(capture_field 2 start_ns)
 	stacks=$(capture_field 2 stacks)
-	echo "quiet capture: MUNMAP's capture began $(((start - first) / 1000000)) ms after the burst's first call; $stacks stacks"
-	[ $((start - first)) -le 300000000 ] || fail "quiet capture: moved $(((start - first) / 1000000)) ms after the burst began"
+	before=$(awk -v t="$start" '$1 == "munmap" && $2 < t { n++ } END { print n + 0 }' "$TD_TMP/stamps")
+	echo "quiet capture: MUNMAP's capture began $(((start - first) / 1000000)) ms after the burst's first call," \
+		"after $before of its $N half munmaps; $stacks stacks"
+	# Counted in the burst's own calls, not in host time: a starved host stretches both.
+	[ $((before * 2)) -le $N ] || fail "quiet capture: moved after $before of the burst's $N half munmaps"
 	[ "$stacks" -gt 0 ] || fail "quiet capture: no stacks of MUNMAP"
 	exit 0
 fi
@@ -238,7 +242,10 @@ expect_eq "quiet capture: capture order" "$(capture_field 1 reason) $(capture_fi
 first=$(awk '$1 == "munmap" { print $2; exit }' "$TD_TMP/stamps")
 start=$(capture_field 2 start_ns)
 stacks=$(capture_field 2 stacks)
-echo "quiet capture: ZAP's capture began $(((start - first) / 1000000)) ms after the burst's first call; $stacks stacks"
-[ $((start - first)) -le 300000000 ] || fail "quiet capture: moved $(((start - first) / 1000000)) ms after the burst began"
+before=$(awk -v t="$start" '$1 == "munmap" && $2 < t { n++ } END { print n + 0 }' "$TD_TMP/stamps")
+echo "quiet capture: ZAP's capture began $(((start - first) / 1000000)) ms after the burst's first call," \
+	"after $before of its $N half munmaps; $stacks stacks"
+# Counted in the burst's own calls, not in host time: a starved host stretches both.
+[ $((before * 2)) -le $N ] || fail "quiet capture: moved after $before of the burst's $N half munmaps"
 [ "$stacks" -gt 0 ] || fail "quiet capture: no stacks of ZAP"
 exit 0
