@@ -50,26 +50,7 @@ __u32 new_sites;
 /* The deeper-frame rules; see td_deep. */
 struct td_deep deep;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct td_counts);
-} counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TD_MAX_SITES);
-	__type(key, __u64);
-	__type(value, __u32);	/* reason slot */
-} sites SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, TD_MAX_SITES);
-	__type(key, __u64);
-	__type(value, __u64);
-} pending SEC(".maps");
+#include "shared_maps.bpf.h"
 
 /*
  * Calls counted before the deeper-frame rules were ready (see td_early_key):
@@ -116,13 +97,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct td_budget);
 } budget SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TD_NR_SLOTS);
-	__type(key, __u32);
-	__type(value, struct td_name);
-} names SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

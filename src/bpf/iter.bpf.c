@@ -33,34 +33,8 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u32 nr_cpus = 1;
 const volatile char func_name[TD_NAME_LEN] = {};
 
-/* The pinned instance's maps, reused (same definitions as common.bpf.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct td_counts);
-} counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TD_MAX_SITES);
-	__type(key, __u64);
-	__type(value, __u32);
-} sites SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, TD_MAX_SITES);
-	__type(key, __u64);
-	__type(value, __u64);
-} pending SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, TD_NR_SLOTS);
-	__type(key, __u32);
-	__type(value, struct td_name);
-} names SEC(".maps");
+/* The pinned instance's maps, reused. */
+#include "shared_maps.bpf.h"
 
 /* One slot's sum under way. */
 struct td_sum {
