@@ -135,13 +135,20 @@ pub fn sync(dir: &Path) -> Result<()> {
     for b in &bad {
         report(&b.file, &b.error);
     }
-    // Without kallsyms the check is left out: sync_one says why it fails.
-    if let Ok(ksyms) = host::load_kallsyms() {
-        for d in &declared {
-            let is_function = |name: &str| ksyms.function(name).next().is_some();
-            if let Some(w) = declared::misnamed(d, is_function) {
-                eprintln!("topdown: {}: {w}", dir.join(&d.file).display());
-            }
+    // Kernel symbols are read only for a file named other than what it
+    // declares (sync runs at every boot, and the read takes seconds under
+    // emulation); without them the check is left out: sync_one says why
+    // it fails.
+    let ksyms = std::cell::OnceCell::new();
+    let is_function = |name: &str| {
+        ksyms
+            .get_or_init(|| host::load_kallsyms().ok())
+            .as_ref()
+            .is_some_and(|k: &Kallsyms| k.function(name).next().is_some())
+    };
+    for d in &declared {
+        if let Some(w) = declared::misnamed(d, is_function) {
+            eprintln!("topdown: {}: {w}", dir.join(&d.file).display());
         }
     }
     let mut changed = 0usize;
@@ -238,9 +245,6 @@ fn unpin_undeclared(
     Ok(changed)
 }
 
-/// The pinned instances named (all if none is), each read once, with its
-/// meta. Kernel symbols are read (afresh: modules come and go) only if a
-/// call site needs resolving.
 /// The kernel's symbols, for naming pinned instances' new call sites,
 /// read when first needed and then at most once a minute: reading
 /// /proc/kallsyms costs more than a scrape should (150,000 lines; seconds
@@ -271,6 +275,9 @@ impl KsymsCache {
     }
 }
 
+/// The pinned instances named (all if none is), each read once, with its
+/// meta. Kernel symbols are taken from `ksyms_cache` only if a call site
+/// needs resolving.
 pub(super) fn snapshots(
     funcs: &[FuncName],
     ksyms_cache: &mut KsymsCache,
