@@ -336,19 +336,43 @@ pub(crate) struct Instance {
     pub(crate) probe: Probe<'static>,
 }
 
+/// Why a pinned instance could not be opened.
+pub(crate) enum Refused {
+    /// Made by a topdown with another map layout (or broken past reading):
+    /// this topdown can only replace it.
+    Foreign(Error),
+    /// Anything else (not pinned, the kernel refused a pin's fd).
+    Failed(Error),
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        match r {
+            Refused::Foreign(e) | Refused::Failed(e) => e,
+        }
+    }
+}
+
 /// Opens `func`'s pinned instance, refusing one pinned with another map
-/// layout (it can only be unpinned).
+/// layout (it can only be replaced).
 pub(crate) fn open(func: &FuncName) -> Result<Instance> {
+    try_open(func).map_err(Error::from)
+}
+
+/// `open`, telling a foreign instance apart.
+pub(crate) fn try_open(func: &FuncName) -> std::result::Result<Instance, Refused> {
     let dir = dir_of(func);
     if !is_pinned(func) {
-        return Err(not_pinned(func));
+        return Err(Refused::Failed(not_pinned(func)));
     }
+    // One line that says how to re-pin: an upgrade's usual way here.
     let unreadable = |why: String| {
-        Error::msg(format!(
+        Refused::Foreign(Error::msg(format!(
             "{func}'s pinned instance cannot be read by this topdown ({} with map layout {LAYOUT}): \
-             {why}; remove it with 'topdown unpin {func}' and pin it again",
+             {why}; re-pin it: 'topdown pin --sync' if a declaration pins it (its counts \
+             restart), else 'topdown unpin {func}' and pin it again",
             env!("CARGO_PKG_VERSION")
-        ))
+        )))
     };
     for name in PINNED_MAPS.iter().chain(&["link"]) {
         if !fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file()) {
@@ -358,8 +382,12 @@ pub(crate) fn open(func: &FuncName) -> Result<Instance> {
     let maps = Maps::open(&dir).map_err(|e| unreadable(e.to_string()))?;
     let text = maps.meta().map_err(|e| unreadable(e.to_string()))?;
     let meta = parse_meta(&text).map_err(unreadable)?;
-    let link = Link::open(dir.join("link"))
-        .map_err(|e| Error::bpf(&format!("opening {}", dir.join("link").display()), e))?;
+    let link = Link::open(dir.join("link")).map_err(|e| {
+        Refused::Failed(Error::bpf(
+            &format!("opening {}", dir.join("link").display()),
+            e,
+        ))
+    })?;
     // Pinned since the program pin was added; older instances have none.
     let prog = std::ffi::CString::new(dir.join("prog").into_os_string().into_encoded_bytes())
         .ok()

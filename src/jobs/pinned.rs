@@ -102,20 +102,23 @@ pub(super) fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
 }
 
 /// What a pinned function is to sync: pinned by sync (with its
-/// declaration), by hand, or unreadable (another layout).
+/// declaration), by hand, made by a topdown with another map layout
+/// (Foreign), or unreadable.
 enum PinState {
     Synced(pin::Synced),
     ByHand,
+    Foreign,
     Unreadable(Error),
 }
 
 fn pinned_state(func: &FuncName) -> PinState {
-    match pin::open(func) {
+    match pin::try_open(func) {
         Ok(inst) => match inst.meta.synced {
             Some(s) => PinState::Synced(s),
             None => PinState::ByHand,
         },
-        Err(e) => PinState::Unreadable(e),
+        Err(pin::Refused::Foreign(_)) => PinState::Foreign,
+        Err(pin::Refused::Failed(e)) => PinState::Unreadable(e),
     }
 }
 
@@ -123,7 +126,8 @@ fn pinned_state(func: &FuncName) -> PinState {
 /// `dir`. Each file is applied on its own: a bad one is reported in one
 /// line (its instance, if sync pinned one, is left as it was) and the
 /// others still apply; the exit status says whether all did. Functions
-/// pinned by hand are never touched.
+/// pinned by hand are never touched, unless this topdown cannot read them
+/// (another map layout): a declared one is then replaced.
 pub fn sync(dir: &Path) -> Result<()> {
     host::check_privileges()?;
     let (declared, bad) = declared::read_dir(dir)?;
@@ -188,10 +192,17 @@ fn sync_one(d: &Declared) -> Result<Option<String>> {
         file: d.file.clone(),
         spec: d.spec.clone(),
     };
-    let repin = match pin::is_pinned(func).then(|| pinned_state(func)) {
-        None => false,
+    // What was there before: nothing, sync's own older declaration, or an
+    // instance this topdown cannot read (an upgrade changed the layout): it
+    // is replaced, whoever pinned it, and its counts restart.
+    let (repin, restart) = match pin::is_pinned(func).then(|| pinned_state(func)) {
+        None => (false, ""),
         Some(PinState::Synced(have)) if have.spec == want.spec => return Ok(None),
-        Some(PinState::Synced(_)) => true,
+        Some(PinState::Synced(_)) => (true, ""),
+        Some(PinState::Foreign) => (
+            true,
+            " (its old instance was made by a topdown with another map layout: its counts restart at 0)",
+        ),
         Some(PinState::ByHand) => {
             return Err(Error::msg(format!(
                 "{func} is pinned by hand, not by topdown pin --sync: \
@@ -209,7 +220,7 @@ fn sync_one(d: &Declared) -> Result<Option<String>> {
         _ => return Err(Error::msg("not a pin")),
     };
     Ok(Some(format!(
-        "{} {} as {} declares",
+        "{} {} as {} declares{restart}",
         if repin { "re-pinned" } else { "pinned" },
         mode_line(func, meta.mode, meta.fallback.as_deref()),
         d.file

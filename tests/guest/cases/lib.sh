@@ -393,3 +393,17 @@ check_formats() {
 	fi
 	echo "ok: $1: OpenMetrics when asked for, $(wc -l <"$TD_TMP/series.om") series of $3 as in the text format"
 }
+
+# expect_fail RC PATTERN ARGS...: topdown ARGS fails with exit status RC (2: the name or
+# option given is wrong; 1: the system or the pin's state refuses) and one line matching
+# PATTERN.
+expect_fail() {
+	want_rc=$1 pattern=$2
+	shift 2
+	topdown "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
+	rc=$?
+	echo "+ topdown $*: $(cat "$TD_TMP/err")"
+	[ $rc = "$want_rc" ] || fail "topdown $*: exit status $rc, want $want_rc"
+	expect_eq "stderr lines of topdown $*" "$(wc -l <"$TD_TMP/err")" 1
+	grep -q -- "$pattern" "$TD_TMP/err" || fail "topdown $*: stderr does not match '$pattern'"
+}

@@ -26,20 +26,6 @@ else
 	READ="--munmap-halves $P" READ_ON=ZAP KILLED_ON=FAULT_ALLOC
 fi
 
-# expect_fail RC PATTERN ARGS...: topdown ARGS fails with exit status RC (2: the name or
-# option given is wrong; 1: the system or the pin's state refuses) and one line matching
-# PATTERN.
-expect_fail() {
-	want_rc=$1 pattern=$2
-	shift 2
-	topdown "$@" >"$TD_TMP/out" 2>"$TD_TMP/err"
-	rc=$?
-	echo "+ topdown $*: $(cat "$TD_TMP/err")"
-	[ $rc = "$want_rc" ] || fail "topdown $*: exit status $rc, want $want_rc"
-	expect_eq "stderr lines of topdown $*" "$(wc -l <"$TD_TMP/err")" 1
-	grep -q -- "$pattern" "$TD_TMP/err" || fail "topdown $*: stderr does not match '$pattern'"
-}
-
 # shown KEY: KEY's number in the last `topdown show --json` line of $SHOWN.
 reason_shown() {
 	_v=$(echo "$SHOWN" | grep -o "{\"reason\":\"$1\",\"count\":[0-9]*" | sed 's/.*://')
@@ -160,7 +146,7 @@ expect_fail 2 "vfs_read is not pinned" show vfs_read
 expect_fail 2 "vfs_read is not pinned" unpin vfs_read
 expect_fail 2 "$FN is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" $FN --kprobe
 mkdir $ROOT/bogus
-expect_fail 1 "bogus's pinned instance cannot be read by this topdown .*: it has no counts; remove it with 'topdown unpin bogus'" show bogus
+expect_fail 1 "bogus's pinned instance cannot be read by this topdown .*: it has no counts; re-pin it: 'topdown pin --sync' if a declaration pins it (its counts restart), else 'topdown unpin bogus' and pin it again" show bogus
 topdown unpin bogus 2>/dev/null || fail "unpin of a broken pin failed"
 [ ! -e $ROOT/bogus ] || fail "bogus is still there"
 out=$(asnobody topdown show 2>&1) && fail "show as nobody succeeded: $out"
