@@ -91,6 +91,15 @@ static __u64 slot_sum(__u64 values, __u32 slot)
 	return s.sum;
 }
 
+/* Stack-path counter `i` (TD_STACK_*) on every CPU: it follows n[] in td_counts. */
+static __u64 stack_sum(__u64 values, __u32 i)
+{
+	struct td_sum s = { .values = values, .slot = TD_NR_SLOTS + i };
+
+	bpf_loop(nr_cpus, counts_cpu, &s, 0);
+	return s.sum;
+}
+
 /* One output, walking the named reason slots. */
 struct td_walk {
 	struct seq_file *seq;
@@ -121,7 +130,7 @@ static long print_reason(__u32 slot, struct td_walk *w)
 static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 {
 	struct td_walk w = { .seq = ctx->meta->seq, .prom = prom };
-	__u64 not_found, full, unresolved;
+	__u64 not_found, full, unresolved, sampled_out, capped, ringbuf_full;
 	void *value = ctx->value;
 
 	/* The map's one element; then a last call with none, to end. */
@@ -141,6 +150,10 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 	not_found = slot_sum(w.values, TD_SLOT_NOT_FOUND);
 	full = slot_sum(w.values, TD_SLOT_SITES_FULL);
 	unresolved = slot_sum(w.values, TD_SLOT_NONE);
+	/* Stacks not captured, by cause, as serve names them. */
+	sampled_out = stack_sum(w.values, TD_STACK_SAMPLED_OUT);
+	capped = stack_sum(w.values, TD_STACK_RATE_CAPPED);
+	ringbuf_full = stack_sum(w.values, TD_STACK_RINGBUF_FULL);
 	if (prom) {
 		BPF_SEQ_PRINTF(w.seq, "# HELP topdown_drops_total Calls not counted under their "
 			       "reason, and stacks not captured, by cause.\n");
@@ -150,12 +163,24 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 			       func_name, not_found);
 		BPF_SEQ_PRINTF(w.seq, "topdown_drops_total{function=\"%s\",cause=\"sites_full\"} %llu\n",
 			       func_name, full);
+		BPF_SEQ_PRINTF(w.seq,
+			       "topdown_drops_total{function=\"%s\",cause=\"stacks_sampled_out\"} %llu\n",
+			       func_name, sampled_out);
+		BPF_SEQ_PRINTF(w.seq,
+			       "topdown_drops_total{function=\"%s\",cause=\"stacks_rate_capped\"} %llu\n",
+			       func_name, capped);
+		BPF_SEQ_PRINTF(w.seq,
+			       "topdown_drops_total{function=\"%s\",cause=\"stacks_ringbuf_full\"} %llu\n",
+			       func_name, ringbuf_full);
 		if (unresolved)
 			BPF_SEQ_PRINTF(w.seq, "# %llu calls from call sites not resolved yet: "
 				       "topdown show %s resolves them\n", unresolved, func_name);
 	} else {
 		BPF_SEQ_PRINTF(w.seq, "caller_not_found: %llu\n", not_found);
 		BPF_SEQ_PRINTF(w.seq, "sites_full: %llu\n", full);
+		BPF_SEQ_PRINTF(w.seq, "stacks_sampled_out: %llu\n", sampled_out);
+		BPF_SEQ_PRINTF(w.seq, "stacks_rate_capped: %llu\n", capped);
+		BPF_SEQ_PRINTF(w.seq, "stacks_ringbuf_full: %llu\n", ringbuf_full);
 		if (unresolved)
 			BPF_SEQ_PRINTF(w.seq, "unresolved: %llu (call sites not resolved yet: "
 				       "topdown show %s resolves them)\n", unresolved, func_name);

@@ -65,13 +65,21 @@ check_files() {
 		grep -qx "topdown_calls_total{function=\"$FN\",reason=\"$reason\"} $n" "$TD_TMP/metrics.prom" ||
 			fail "$1: metrics has not $reason $n: $(grep "\"$reason\"" "$TD_TMP/metrics.prom")"
 	done || exit 1
-	expect_eq "$1: reason lines" "$(grep -vc -E '^(caller_not_found|sites_full|unresolved): ' "$TD_TMP/reasons")" \
+	expect_eq "$1: reason lines" "$(grep -vc -E '^(caller_not_found|sites_full|stacks_[a-z_]+|unresolved): ' "$TD_TMP/reasons")" \
 		"$(($(echo "$pairs" | wc -l) + 1))"
 	grep -qx "caller_not_found: 0" "$TD_TMP/reasons" || fail "$1: caller_not_found is not 0"
 	grep -qx "sites_full: 0" "$TD_TMP/reasons" || fail "$1: sites_full is not 0"
 	grep -q "^unresolved" "$TD_TMP/reasons" && fail "$1: unresolved calls after show"
 	grep -qx "topdown_drops_total{function=\"$FN\",cause=\"caller_not_found\"} 0" "$TD_TMP/metrics.prom" ||
 		fail "$1: no caller_not_found drops in metrics"
+	# Stacks not captured, by cause: as show has them (a reader may have captured).
+	for cause in stacks_sampled_out stacks_rate_capped stacks_ringbuf_full; do
+		n=$(echo "$SHOWN" | grep -o "\"$cause\":[0-9]*" | head -n 1 | sed 's/.*://')
+		[ -n "$n" ] || fail "$1: show has no $cause"
+		grep -qx "$cause: $n" "$TD_TMP/reasons" || fail "$1: reasons has no '$cause: $n'"
+		grep -qx "topdown_drops_total{function=\"$FN\",cause=\"$cause\"} $n" "$TD_TMP/metrics.prom" ||
+			fail "$1: metrics has no $cause $n"
+	done
 	grep -qx "# TYPE topdown_calls_total counter" "$TD_TMP/metrics.prom" || fail "$1: no TYPE line"
 	grep -qx "# HELP topdown_calls_total Calls of the traced kernel function per reason since it was pinned." \
 		"$TD_TMP/metrics.prom" || fail "$1: no HELP line"
