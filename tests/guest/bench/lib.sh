@@ -11,29 +11,37 @@ progs() {
 prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 
 # bt_detect: whether the guest has bpftrace (tests/guest/run --bpftrace puts it there);
-# if so sets bt_version, bt_fentry (bpftrace before 0.20 spells fentry "kfunc"; kprobe
+# if so sets bt_cmd: the newest the guest has (Debian 13's bpftrace-0.23 beside the
+# host's bpftrace, the one a user of a current distribution runs), or TD_BPFTRACE
+# (`TD_BPFTRACE=bpftrace tests/guest/run ...`: the host's), bt_version, bt_fentry (bpftrace before 0.20 spells fentry "kfunc"; kprobe
 # where it cannot attach fentry), and
 # bt_attached and bt_settle: with __BPFTRACE_NOTIFY_PROBES_ATTACHED set, bpftrace prints
 # that line once its probes are attached (the hook its own runtime tests wait on); one
 # without it says "Attaching" before that, so it is given longer to settle.
 bt_detect() {
-	command -v bpftrace >/dev/null 2>&1 || return 1
-	bt_version=$(bpftrace --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
+	bt_cmd=${TD_BPFTRACE:-$(ls /bin/bpftrace-* 2>/dev/null | sort -V | tail -n 1)}
+	bt_cmd=${bt_cmd##*/}
+	[ -n "$bt_cmd" ] || bt_cmd=bpftrace
+	command -v "$bt_cmd" >/dev/null 2>&1 || return 1
+	bt_version=$($bt_cmd --version 2>&1 | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
 	bt_fentry=kfunc
 	case $bt_version in 0.1[0-9]* | 0.[0-9] | 0.[0-9].*) ;; *) bt_fentry=fentry ;; esac
 	# Where this bpftrace cannot attach fentry here (0.17 on 5.10: "kfunc/kretfunc
 	# not available for your kernel version"), its nearest program is a kprobe's; the
 	# rows name the probe they used.
-	bpftrace --info 2>&1 | grep -Eq '^ *kfunc: yes' || bt_fentry=kprobe
+	$bt_cmd --info 2>&1 | grep -Eq '(^| )(kfunc|fentry): yes' || bt_fentry=kprobe
 	bt_attached=__BPFTRACE_NOTIFY_PROBES_ATTACHED bt_settle=1
-	grep -q "$bt_attached" "$(command -v bpftrace)" || bt_attached=Attaching bt_settle=3
+	# Debian 13's runs from /opt with its own libraries; the hook is in its binary.
+	_bt_bin=$(command -v "$bt_cmd")
+	[ ! -x "/opt/$bt_cmd/bpftrace" ] || _bt_bin=/opt/$bt_cmd/bpftrace
+	grep -q "$bt_attached" "$_bt_bin" || bt_attached=Attaching bt_settle=3
 }
 
 # bt_start PROGRAM: bpftrace -e PROGRAM on CPU 0 until bt_stop, attached and settled.
 bt_start() {
 	_bt_out=$TD_TMP/bt.out
 	rm -f "$_bt_out"
-	__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 bpftrace -e "$1" >"$_bt_out" 2>&1 &
+	__BPFTRACE_NOTIFY_PROBES_ATTACHED=1 taskset -c 0 $bt_cmd -e "$1" >"$_bt_out" 2>&1 &
 	BT_PID=$!
 	_bt_k=0
 	until grep -qs "$bt_attached" "$_bt_out"; do

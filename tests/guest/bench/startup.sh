@@ -36,7 +36,7 @@ bt=
 if bt_detect; then
 	bt="bpftrace $bt_version -e '$bt_fentry:vfs_read { @n = count(); }'"
 	cat >>"$TD_TMP/configs" <<EOC
-$bt|$bt_attached|env __BPFTRACE_NOTIFY_PROBES_ATTACHED=1 bpftrace -e '$bt_fentry:vfs_read { @n = count(); }'
+$bt|$bt_attached|env __BPFTRACE_NOTIFY_PROBES_ATTACHED=1 $bt_cmd -e '$bt_fentry:vfs_read { @n = count(); }'
 EOC
 else
 	echo "bench: notice: no bpftrace in this guest (tests/guest/run --bpftrace puts it there): no ratios"
