@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::bpf::probe::Mode;
 use crate::report::fit::elide;
 pub(crate) use crate::report::fit::Fit;
 use crate::report::text_compare::{before_after, interval_changes};
@@ -190,6 +191,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         before_after(&mut s, cmp);
     }
     drops_line(&mut s, &sum.drops);
+    if let Some(why) = misses_note(sum.mode, sum.drops.recursion_misses) {
+        let _ = writeln!(s, "  {why}");
+    }
     if let Some(v) = sum.verify {
         let _ = writeln!(
             s,
@@ -242,6 +246,25 @@ fn captures(sum: &Summary) -> String {
         );
     }
     s
+}
+
+/// Why the kernel skipped calls, and what counts them, when it did.
+/// fentry's trampoline keeps a task on its CPU but lets it be preempted:
+/// on a preemptible kernel (PREEMPT, PREEMPT_LAZY, the default from 6.13
+/// on some builds) a task preempted inside the program keeps it busy on
+/// that CPU, and the next task's call there is skipped. A kprobe program
+/// runs with preemption off (only a preempted map syscall, which holds the
+/// same guard, makes it skip calls then).
+fn misses_note(mode: Mode, misses: u64) -> Option<String> {
+    (misses > 0 && mode == Mode::Fentry).then(|| {
+        format!(
+            "recursion misses: the kernel did not run the program for {} (not in the counts \
+             above): on a preemptible kernel, a task preempted inside the fentry program blocks \
+             it on that CPU meanwhile; --kprobe, which runs it with preemption off, misses far \
+             fewer, at a higher cost a call",
+            calls(misses)
+        )
+    })
 }
 
 fn drops_line(s: &mut String, drops: &Drops) {
@@ -321,7 +344,6 @@ fn cost(c: &Cost) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::probe::Mode;
     use crate::report::fixtures::{compared_summary, row, sample_calls, sample_summary, stacks_of};
     use crate::report::Stack;
 
@@ -450,6 +472,15 @@ mod tests {
         hot.threshold = 75.0;
         assert!(summary(&hot, 5).contains("\n  hot reason: do_huge_pmd_anonymous_page (75.0%)\n"));
         assert!(t.contains("stacks rate capped=7"));
+        assert!(!t.contains("recursion misses: "), "{t}");
+        // Calls the kernel skipped: said why, and what counts them, under fentry only.
+        let mut missed = sample_summary();
+        missed.drops.recursion_misses = 691_291;
+        let m = summary(&missed, 5);
+        assert!(m.contains("\n  recursion misses: the kernel did not run the program for 691291 calls (not in the counts above): on a preemptible kernel"), "{m}");
+        assert!(m.contains("; --kprobe, which runs it with preemption off, misses far fewer, at a higher cost a call\n"), "{m}");
+        missed.mode = Mode::Kprobe;
+        assert!(!summary(&missed, 5).contains("recursion misses: "));
         assert!(t.contains("      a\n      b\n"));
         let first = t
             .find("top stacks of folio_remove_rmap_ptes (1 captured):")
