@@ -388,6 +388,23 @@ impl Maps {
         }
     }
 
+    /// Removes user site (tgid, ret) from the site and pending tables (a
+    /// process that has exited: nothing counts there any more).
+    pub(crate) fn remove_user_site(&self, tgid: u32, ret: u64) -> Result<()> {
+        let Some((usites, upending)) = &self.user else {
+            return Ok(());
+        };
+        let key = percpu::user_key(tgid, ret);
+        for map in [usites, upending] {
+            match map.delete(&key) {
+                Ok(()) => {}
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::bpf("pruning the user site tables", e)),
+            }
+        }
+        Ok(())
+    }
+
     /// The meta map's text (empty if never written).
     pub(crate) fn meta(&self) -> Result<String> {
         let v = self

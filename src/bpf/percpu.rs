@@ -196,6 +196,18 @@ impl Pending {
         })
     }
 
+    /// A one-CPU table of `keys` (key_words u64s each) and their counts.
+    #[cfg(test)]
+    pub(crate) fn for_test(key_words: usize, keys: &[u64], counts: &[u64]) -> Pending {
+        Pending {
+            cpus: 1,
+            key_words,
+            len: counts.len(),
+            keys: keys.to_vec(),
+            values: counts.to_vec(),
+        }
+    }
+
     /// Each return address with its count, for the pending table.
     pub(crate) fn sums(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.entries().map(|(k, n)| (k[0], n))

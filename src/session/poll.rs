@@ -2,8 +2,9 @@
 //! per-address counts of call sites not yet resolved, resolving new sites
 //! as they appear.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
+use std::time::{Duration, Instant};
 
 use crate::bpf::abi::{Stat, NR_SLOTS};
 use crate::bpf::maps::Maps;
@@ -33,7 +34,17 @@ pub(crate) struct Poller {
     /// address) seen there.
     upending: Pending,
     usites: HashMap<(u32, u64), u32>,
+    /// Calls from the pending entries of processes that have exited, per
+    /// slot: their entries are removed from the tables (see prune_user).
+    retired: Vec<u64>,
+    last_prune: Option<Instant>,
+    /// Processes seen exited at the last pruning, after that poll's read:
+    /// retired at the next, whose read holds every call they made.
+    dead: HashSet<u32>,
 }
+
+/// How often a uprobe's tables are rid of exited processes' entries.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 impl Poller {
     /// Cumulative per-slot totals. Calls from a site counted while it was
@@ -73,6 +84,17 @@ impl Poller {
             add_by_slot(&mut totals, &mut self.usites, entries, |(tgid, ret)| {
                 resolve_user(maps, mapper, src.as_deref_mut(), tgid, ret)
             })?;
+            for (t, r) in totals.iter_mut().zip(&self.retired) {
+                *t = t.wrapping_add(*r);
+            }
+            if self.last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                self.last_prune = Some(Instant::now());
+                let gone = self
+                    .prune_user(|tgid| !std::path::Path::new(&format!("/proc/{tgid}")).exists());
+                for (tgid, ret) in gone {
+                    maps.remove_user_site(tgid, ret)?;
+                }
+            }
         }
         Ok(totals)
     }
@@ -131,6 +153,54 @@ impl Poller {
         add_by_slot(totals, &mut self.early_slots, entries, |k| {
             resolve(k[0], &k[1..])
         })
+    }
+
+    /// Forgets the user sites of processes found exited at the last
+    /// pruning, keeping their pending calls (read this poll, already in its
+    /// totals) as retired; which sites to remove from the tables. Then
+    /// notes the processes `exited` says are gone now, for the next time.
+    /// Without it a system-wide -x fills the tables with exited processes'
+    /// sites, and each poll reads them all. A process is retired only a
+    /// pruning after it was seen gone: this poll's read came after that, so
+    /// it holds every call the process made (seen gone just after the read,
+    /// it may have called between the read and its exit). A pid reused
+    /// within the second is the one way to lose calls here.
+    fn prune_user(&mut self, exited: impl Fn(u32) -> bool) -> Vec<(u32, u64)> {
+        let gone = std::mem::take(&mut self.dead);
+        self.dead = self
+            .usites
+            .keys()
+            .map(|&(t, _)| t)
+            .filter(|t| !gone.contains(t))
+            .collect::<HashSet<u32>>()
+            .into_iter()
+            .filter(|&t| exited(t))
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        if self.retired.len() < NR_SLOTS {
+            self.retired.resize(NR_SLOTS, 0);
+        }
+        for (k, n) in self.upending.entries() {
+            let Some(key) = percpu::user_key_of(k) else {
+                continue;
+            };
+            if let (true, Some(&s)) = (gone.contains(&key.0), self.usites.get(&key)) {
+                let r = &mut self.retired[s as usize % NR_SLOTS];
+                *r = r.wrapping_add(n);
+            }
+        }
+        let sites: Vec<(u32, u64)> = self
+            .usites
+            .keys()
+            .filter(|(t, _)| gone.contains(t))
+            .copied()
+            .collect();
+        for k in &sites {
+            self.usites.remove(k);
+        }
+        sites
     }
 
     /// The buffers `totals` reads the maps into, for the benchmark to fill
@@ -253,6 +323,36 @@ ffffffff81003000 T end_of_text
         assert_eq!(s.stack(StackStat::TD_STACK_EMITTED), 6);
         assert_eq!(s.get(Stat::TD_STAT_OWN_CALLS), 5);
         assert_eq!(s.get(Stat::TD_STAT_DEEP_UNWIND_FAILED), 3);
+    }
+
+    #[test]
+    fn exited_processes_are_retired_a_pruning_after_they_are_seen_gone() {
+        let mut poller = Poller::default();
+        let slot = crate::bpf::abi::FIRST_REASON;
+        // Process 7 (two sites) and 8 (one), all resolved to `slot`.
+        for k in [(7, 0x10), (7, 0x20), (8, 0x10)] {
+            poller.usites.insert(k, slot);
+        }
+        let mut keys = Vec::new();
+        for (t, r) in [(7u32, 0x10u64), (7, 0x20), (8, 0x10)] {
+            keys.extend(
+                percpu::user_key(t, r)
+                    .chunks(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().unwrap())),
+            );
+        }
+        poller.upending = Pending::for_test(percpu::USER_KEY_WORDS, &keys, &[3, 4, 5]);
+        // 7 has exited: seen now, nothing retired yet.
+        assert!(poller.prune_user(|t| t == 7).is_empty());
+        assert!(poller.retired.is_empty());
+        // The next pruning retires it: its pending calls kept, its sites
+        // removed; 8 is still alive.
+        let mut gone = poller.prune_user(|t| t == 7);
+        gone.sort();
+        assert_eq!(gone, [(7, 0x10), (7, 0x20)]);
+        assert_eq!(poller.retired[slot as usize], 7);
+        assert_eq!(poller.usites.len(), 1);
+        assert!(poller.prune_user(|t| t == 7).is_empty());
     }
 
     #[test]

@@ -35,6 +35,19 @@ go a
 go b
 wait $A
 wait $W_PID
+# Both processes have exited: their sites leave the user site tables (a pruning a
+# second finds them gone, the next retires them), and their calls stay counted.
+if command -v bpftool >/dev/null; then
+	echo "user sites at the exit: $(bpftool -j map dump name usites 2>&1 | grep -o '"key"' | wc -l)"
+	_i=0
+	until [ "$(bpftool -j map dump name upending 2>&1)" = "[]" ] &&
+		[ "$(bpftool -j map dump name usites 2>&1)" = "[]" ]; do
+		_i=$((_i + 1))
+		[ $_i -lt 100 ] || fail "the exited processes' sites are still in the tables after 10 s: $(bpftool -j map dump name usites 2>&1 | head -c 300)"
+		sleep 0.1
+	done
+	echo "ok: the exited processes' sites left the tables in $_i tenths of a second"
+fi
 td_stop
 expect_eq "caller_one, both" "$(reason_count caller_one)" 107
 expect_eq "caller_two, both" "$(reason_count caller_two)" 208
