@@ -111,7 +111,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
                 }
             }
             std::thread::sleep(Duration::from_micros(20));
-            if i.is_multiple_of(50) {
+            if i % 50 == 0 {
                 rb.consume().unwrap();
             }
         }
