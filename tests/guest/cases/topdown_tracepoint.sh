@@ -1,0 +1,129 @@
+# Tracepoints as targets (t:CATEGORY:EVENT): counted by the code that fired them, and
+# by the built-in profiles' paths, with exact counts from workloads of known effect:
+# - kmem:mm_page_alloc: "faults touch N" writes one byte to each of N fresh pages of an
+#   anonymous mapping with MADV_NOHUGEPAGE, after topdown attached: N order-0
+#   allocations from the fault path (do_anonymous_page): the kernel promises one per
+#   page first written. The process may fault in a page of its own besides, or not
+#   (its stack, stdio's buffer: seen on 5.10 and 6.1, one at most), so FAULT is N to
+#   N + 2 (and 90% of the calls at least); the process's other allocations (its page
+#   tables, its exit's) are other reasons;
+# - sched:sched_switch: "sleeps N MS" calls nanosleep N times: each blocks once in
+#   do_nanosleep, so N switches away from it are NANOSLEEP, exactly (the process's
+#   preemptions are PREEMPTED);
+# both filtered to the workload's process (-p). Then the firing function alone
+# (--no-profile): one row, every call; stacks on demand and by themselves, without
+# the tracing glue; a misspelt tracepoint or category, one line naming close ones.
+. "$TD_LIB"
+need_cmd topdown faults sleeps
+
+N=300 S=40
+
+# A tracepoint this kernel lacks, a misspelt one, a wrong category: exit status 2,
+# one line, naming the right one.
+for bad in t:kmem:mm_page_aloc t:kmemm:mm_page_alloc t:sched:mm_page_alloc; do
+	topdown "$bad" -d 1 >"$TD_TMP/bad.out" 2>"$TD_TMP/bad.err"
+	expect_eq "$bad: exit status" $? 2
+	expect_eq "$bad: lines" "$(wc -l <"$TD_TMP/bad.err")" 1
+	grep -q "mm_page_alloc\|kmem" "$TD_TMP/bad.err" || fail "$bad: names nothing close: $(cat "$TD_TMP/bad.err")"
+	echo "ok: $bad: $(cat "$TD_TMP/bad.err")"
+done
+grep -q "it is kmem:mm_page_alloc" "$TD_TMP/bad.err" || fail "wrong category: $(cat "$TD_TMP/bad.err")"
+
+# run_faults [TOPDOWN ARGS...]: one topdown run on mm_page_alloc, -p the faults
+# process, around "faults touch N".
+run_faults() {
+	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
+	faults touch "${PAGES:-$N}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
+	_w=$!
+	wait_line "$TD_TMP/w.out" "faults: ready"
+	td_start t:kmem:mm_page_alloc -p $_w "$@"
+	td_ready
+	: >"$TD_TMP/go"
+	wait $_w || { cat "$TD_TMP/w.out"; fail "faults failed"; }
+	td_stop INT
+	expect_eq "mm_page_alloc $*: exit status" "$TD_RC" 0
+	expect_eq "mm_page_alloc $*: caller not found" "$(summary_num caller_not_found)" 0
+	expect_eq "mm_page_alloc $*: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+	expect_eq "mm_page_alloc $*: mode" "$(summary_str mode)" tp_btf
+}
+
+run_faults
+grep -q "tracing tracepoint mm_page_alloc with tp_btf" "$TD_ERR" || fail "header: $(head -1 "$TD_ERR")"
+f1=$(reason_count FAULT)
+[ "$f1" -ge $N ] && [ "$f1" -le $((N + 2)) ] || fail "mm_page_alloc: FAULT = $f1, want $N to $((N + 2))"
+echo "ok: mm_page_alloc: FAULT = $f1 ($N pages)"
+expect_share FAULT 90
+expect_none RECLAIM COLLAPSE MIGRATE
+# The fresh mapping's page tables, if it needed new ones (PGTABLE), and the exit's
+# (KERNEL), besides.
+echo "ok: mm_page_alloc: PGTABLE = $(reason_count PGTABLE), KERNEL = $(reason_count KERNEL)"
+
+# The firing function alone: the page allocator's entry, whatever its name here.
+run_faults --no-profile
+expect_eq "mm_page_alloc --no-profile: rows" "$(reason_rows)" 1
+fn=$(echo "$TD_SUMMARY" | grep -o '"reasons":\[{"reason":"[^"]*"' | sed 's/.*"reason":"//; s/"$//')
+case $fn in
+__alloc_pages_noprof | __alloc_pages | __alloc_pages_nodemask | __alloc_frozen_pages_noprof) ;;
+*) fail "mm_page_alloc --no-profile: fired in '$fn'" ;;
+esac
+total=$(summary_num total)
+[ "$total" -ge $N ] || fail "mm_page_alloc --no-profile: $total calls, want >= $N"
+expect_eq "mm_page_alloc --no-profile: $fn" "$(reason_count "$fn")" "$total"
+
+# --stack-on: the fault's stacks, from the firing function up, no glue.
+run_faults --stack-on FAULT --folded "$TD_TMP/fault.folded"
+[ -s "$TD_TMP/fault.folded" ] || fail "--stack-on FAULT: no folded stacks"
+grep -q "handle_mm_fault" "$TD_TMP/fault.folded" || fail "--stack-on FAULT: no handle_mm_fault: $(head -3 "$TD_TMP/fault.folded")"
+if grep -q "bpf_trace_run\|__traceiter_\|__bpf_trace_" "$TD_TMP/fault.folded"; then
+	fail "--stack-on FAULT: glue in the stacks: $(head -3 "$TD_TMP/fault.folded")"
+fi
+echo "ok: --stack-on FAULT: $(wc -l <"$TD_TMP/fault.folded") stacks, $(head -1 "$TD_TMP/fault.folded" | cut -c1-200)"
+# What the rest of the process's allocations are, for the record.
+run_faults --stack-on KERNEL --folded "$TD_TMP/kernel.folded"
+echo "note: KERNEL stacks: $(cut -c1-300 "$TD_TMP/kernel.folded" 2>/dev/null)"
+
+# run_sleeps [TOPDOWN ARGS...]: one topdown run on sched_switch, -p the sleeps
+# process, around "sleeps S MS" (MS: 5 unless set).
+run_sleeps() {
+	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
+	sleeps $S "${MS:-5}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
+	_w=$!
+	wait_line "$TD_TMP/w.out" "sleeps: ready"
+	td_start t:sched:sched_switch -p $_w "$@"
+	td_ready
+	: >"$TD_TMP/go"
+	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
+	td_stop INT
+	[ -n "${TD_BASE:-}" ] || expect_eq "sched_switch $*: exit status" "$TD_RC" 0
+	expect_eq "sched_switch $*: caller not found" "$(summary_num caller_not_found)" 0
+	expect_eq "sched_switch $*: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
+}
+
+run_sleeps --stack-on BLOCKED --folded "$TD_TMP/blocked.folded"
+expect_eq "sched_switch: NANOSLEEP" "$(reason_count NANOSLEEP)" $S
+expect_none MUTEX FUTEX IO POLL IDLE
+echo "note: BLOCKED stacks: $(cut -c1-300 "$TD_TMP/blocked.folded" 2>/dev/null)"
+
+run_sleeps --no-profile
+expect_eq "sched_switch --no-profile: rows" "$(reason_rows)" 1
+total=$(summary_num total)
+[ "$total" -ge $S ] || fail "sched_switch --no-profile: $total calls, want >= $S"
+expect_eq "sched_switch --no-profile: __schedule" "$(reason_count __schedule)" "$total"
+
+# Capture by itself: NANOSLEEP has every call for 2 s (40 sleeps of 50 ms), at more
+# than --min-rate.
+MS=50 run_sleeps --min-rate 5 --min-events 5 --folded "$TD_TMP/sleep.folded"
+grep -q "NANOSLEEP has .*: \(capturing its stacks\|moving stack capture\)" "$TD_ERR" || fail "no automatic capture: $(cat "$TD_ERR")"
+grep -q "do_nanosleep" "$TD_TMP/sleep.folded" || fail "no do_nanosleep in the stacks: $(head -3 "$TD_TMP/sleep.folded")"
+echo "ok: automatic capture of NANOSLEEP: $(head -1 "$TD_TMP/sleep.folded" | cut -c1-200)"
+
+# --save, then --baseline: the same workload again is no fix (exit status 3, or 4 if
+# too few calls to tell).
+run_sleeps --save "$TD_TMP/before.json"
+grep -q '"func":"sched_switch"' "$TD_TMP/before.json" || fail "--save: $(head -c 300 "$TD_TMP/before.json")"
+TD_BASE=1 run_sleeps --baseline "$TD_TMP/before.json"
+case $TD_RC in
+3 | 4) echo "ok: --baseline, same workload: exit status $TD_RC" ;;
+*) fail "--baseline, same workload: exit status $TD_RC, want 3 or 4" ;;
+esac
+exit 0
