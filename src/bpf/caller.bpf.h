@@ -397,17 +397,37 @@ static __always_inline int tp_firing(struct td_scratch *s, long n)
  * A tracepoint's unwind: only as deep as the firing frame can be and the
  * deepest rule looks above it (the unwind costs by the frame), a constant.
  */
-static __always_inline int tp_unwind(void *ctx, struct td_scratch *s)
+static __always_inline int tp_unwind_in(void *ctx, struct td_scratch *s, __u32 frames)
 {
-	__u32 frames = TD_TP_FRAMES + cfg.deep_depth;
 	long n;
 
+	frames += cfg.deep_depth;
 	if (frames > TD_UNWIND_FRAMES)
 		frames = TD_UNWIND_FRAMES;
 	n = bpf_get_stack(ctx, s->ips, frames * sizeof(s->ips[0]), 0);
 	if (n <= 0)
 		return -1;
 	return tp_firing(s, n / 8);
+}
+
+/*
+ * The unwind, as deep as the firing frame was last time (tp_frames: the
+ * glue is the same code on every call) and the rules look above it; where
+ * the firing frame was not there (the glue grew: another program on the
+ * tracepoint), again as deep as it can be.
+ */
+static __always_inline int tp_unwind(void *ctx, struct td_scratch *s)
+{
+	__u32 frames = *(volatile __u32 *)&tp_frames;
+	int i = -1;
+
+	if (frames && frames <= TD_TP_FRAMES)
+		i = tp_unwind_in(ctx, s, frames);
+	if (i < 0)
+		i = tp_unwind_in(ctx, s, TD_TP_FRAMES);
+	if (i >= 0 && i + 1 != frames)
+		tp_frames = i + 1;
+	return i;
 }
 
 /* The byte offsets from ctx of the words a tracepoint's quick read may take. */
@@ -464,6 +484,8 @@ static __noinline __u64 tp_caller(void *ctx, __u64 quick)
 	if (!s)
 		return 0;
 	i = tp_unwind(ctx, s);
+	/* for deep_reason, in this same call: its unwind is this one */
+	s->caller = i;
 	if (i < 0)
 		return 0;
 	ret = s->ips[i & (TD_UNWIND_FRAMES - 1)];
@@ -571,6 +593,18 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 static __always_inline int caller_index(void *ctx, struct td_scratch *s, __u64 ret,
 					enum td_kind kind, bool loops)
 {
+	if (kind == TD_TP) {
+		/*
+		 * A tracepoint's call that reaches the rules took the checked
+		 * way first (its caller has rules, so it is never in the site
+		 * cache): tp_caller's unwind is this call's, used once.
+		 */
+		int ci = *(volatile __s32 *)&s->caller;
+
+		s->caller = -1;
+		if (ci >= 0 && ci < TD_TP_FRAMES && s->ips[ci & (TD_UNWIND_FRAMES - 1)] == ret)
+			return ci;
+	}
 	s->caller = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
 							       : unwind_caller(ctx, s, kind, ret, loops);
 	return *(volatile __s32 *)&s->caller;

@@ -50,6 +50,9 @@ __u32 entry_off;
  */
 __u32 tp_off;
 
+/* A tracepoint's program: the frames its unwind needs to reach the firing frame. */
+__u32 tp_frames;
+
 /*
  * Set when a call site is first counted as pending (mmap'ed .bss): user
  * space, whatever its print interval, clears it and resolves the new
