@@ -117,6 +117,29 @@ grep -q "NANOSLEEP has .*: \(capturing its stacks\|moving stack capture\)" "$TD_
 grep -q "do_nanosleep" "$TD_TMP/sleep.folded" || fail "no do_nanosleep in the stacks: $(head -3 "$TD_TMP/sleep.folded")"
 echo "ok: automatic capture of NANOSLEEP: $(head -1 "$TD_TMP/sleep.folded" | cut -c1-200)"
 
+# Pinned: pin, show and serve read a tracepoint as they read a function, under its
+# event's name; the sleeps count in NANOSLEEP (at least: other processes sleep too).
+if [ -d /sys/fs/bpf ]; then
+	topdown pin t:sched:sched_switch >"$TD_TMP/pin.out" 2>&1 || fail "pin: $(cat "$TD_TMP/pin.out")"
+	grep -q "pinned tracepoint sched_switch with tp_btf" "$TD_TMP/pin.out" || fail "pin: $(cat "$TD_TMP/pin.out")"
+	sleeps $S 5 >/dev/null || fail "sleeps failed"
+	topdown show sched_switch --json >"$TD_TMP/show.json" 2>"$TD_TMP/show.err" || fail "show: $(cat "$TD_TMP/show.err")"
+	n=$(grep -o '{"reason":"NANOSLEEP","count":[0-9]*' "$TD_TMP/show.json" | sed 's/.*://')
+	[ "${n:-0}" -ge $S ] || fail "show: NANOSLEEP ${n:-0}, want >= $S: $(cut -c1-400 "$TD_TMP/show.json")"
+	echo "ok: pinned: show sched_switch: NANOSLEEP = $n"
+	ip link set lo up 2>/dev/null
+	topdown serve --listen 127.0.0.1:9477 2>"$TD_TMP/serve.err" &
+	serve_pid=$!
+	wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9477/metrics"
+	timeout 30 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9477/metrics || fail "scrape failed"
+	kill -INT $serve_pid
+	wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
+	grep -q '^topdown_calls_total{function="sched_switch",reason="NANOSLEEP"' "$TD_TMP/metrics" ||
+		fail "serve: no NANOSLEEP series: $(grep sched_switch "$TD_TMP/metrics" | head -5)"
+	echo "ok: serve: $(grep -c 'function="sched_switch"' "$TD_TMP/metrics") series of sched_switch"
+	topdown unpin sched_switch >/dev/null 2>&1 || fail "unpin failed"
+fi
+
 # --save, then --baseline: the same workload again is no fix (exit status 3, or 4 if
 # too few calls to tell).
 run_sleeps --save "$TD_TMP/before.json"
