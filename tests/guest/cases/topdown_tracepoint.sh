@@ -112,7 +112,9 @@ expect_eq "sched_switch --no-profile: __schedule" "$(reason_count __schedule)" "
 
 # Capture by itself: NANOSLEEP has every call for 2 s (40 sleeps of 50 ms), at more
 # than --min-rate.
-MS=50 run_sleeps --min-rate 5 --min-events 5 --folded "$TD_TMP/sleep.folded"
+MS=50 run_sleeps --min-rate 5 --min-events 5 --folded "$TD_TMP/sleep.folded" --flamegraph "$TD_TMP/sleep.svg"
+grep -q "<svg" "$TD_TMP/sleep.svg" && grep -q "do_nanosleep" "$TD_TMP/sleep.svg" ||
+	fail "--flamegraph: no SVG with do_nanosleep: $(head -c 300 "$TD_TMP/sleep.svg")"
 grep -q "NANOSLEEP has .*: \(capturing its stacks\|moving stack capture\)" "$TD_ERR" || fail "no automatic capture: $(cat "$TD_ERR")"
 grep -q "do_nanosleep" "$TD_TMP/sleep.folded" || fail "no do_nanosleep in the stacks: $(head -3 "$TD_TMP/sleep.folded")"
 echo "ok: automatic capture of NANOSLEEP: $(head -1 "$TD_TMP/sleep.folded" | cut -c1-200)"
