@@ -104,6 +104,10 @@ expect_eq "sched_switch: NANOSLEEP" "$(reason_count NANOSLEEP)" $S
 expect_none MUTEX FUTEX IO POLL IDLE
 echo "note: BLOCKED stacks: $(cut -c1-300 "$TD_TMP/blocked.folded" 2>/dev/null)"
 
+# --rules with a deeper frame, as for a function.
+run_sleeps --rules "SLEEP=__schedule@do_nanosleep/3;REST=__schedule"
+expect_eq "sched_switch --rules: SLEEP" "$(reason_count SLEEP)" $S
+
 run_sleeps --no-profile
 expect_eq "sched_switch --no-profile: rows" "$(reason_rows)" 1
 total=$(summary_num total)
