@@ -157,7 +157,7 @@ pub struct TriggerArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
-    /// Kernel function to trace (with -x: a function in that file).
+    /// Kernel function to trace, or a tracepoint: t:CATEGORY:EVENT (with -x: a function in that file).
     #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
     pub func: Option<String>,
 
@@ -263,14 +263,14 @@ pub struct TraceArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PinArgs {
-    /// Kernel function to count.
+    /// Kernel function to count, or a tracepoint (t:CATEGORY:EVENT).
     #[arg(
         value_name = "FUNC",
-        value_parser = funcname::parse_arg,
+        value_parser = funcname::parse_pin_arg,
         required_unless_present = "sync",
         conflicts_with = "config_dir"
     )]
-    pub func: Option<FuncName>,
+    pub func: Option<funcname::PinTarget>,
 
     /// Make the pinned set match the declarations in --config-dir: pin, re-pin and unpin.
     #[arg(long, conflicts_with_all = ["func", "fentry", "kprobe", "reasons", "profile", "no_profile",

@@ -55,13 +55,111 @@ pub fn parse_arg(s: &str) -> Result<FuncName, String> {
     FuncName::parse(s).map_err(|why| format!("not a kernel function name: {why}"))
 }
 
+/// What `topdown pin` counts: a kernel function, or a tracepoint
+/// (`t:CATEGORY:EVENT`), pinned under its event's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinTarget {
+    pub func: FuncName,
+    /// A tracepoint's category: `func` is its event.
+    pub tracepoint: Option<String>,
+}
+
+/// clap's value parser for pin's FUNC: a kernel function's name, or a
+/// tracepoint; a refused one is a usage error.
+pub fn parse_pin_arg(s: &str) -> Result<PinTarget, String> {
+    if TP_PREFIXES.iter().any(|p| s.starts_with(p)) {
+        return match parse_trace_func(s, false)? {
+            (func, Some(Hook::Tracepoint(category))) => Ok(PinTarget {
+                func,
+                tracepoint: Some(category),
+            }),
+            (func, _) => Ok(PinTarget {
+                func,
+                tracepoint: None,
+            }),
+        };
+    }
+    parse_arg(s).map(|func| PinTarget {
+        func,
+        tracepoint: None,
+    })
+}
+
 /// How a probe-type prefix on a traced FUNC asks for it to be hooked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hook {
     /// `p:`, `k:`, `kprobe:` (perf, bcc, bpftrace): a kprobe, as --kprobe.
     Kprobe,
     /// `f:`, `fentry:`, `kfunc:` (bpftrace): topdown's default, fentry.
     Fentry,
+    /// `t:CATEGORY:EVENT`, `tracepoint:CATEGORY:EVENT` (bcc, bpftrace): a
+    /// tracepoint; the name is EVENT's, this its category.
+    Tracepoint(String),
+    /// `u:LIB:FUNC`, `uprobe:PATH:FUNC` (bcc, bpftrace): as `-x LIB FUNC`;
+    /// this is LIB or PATH.
+    Uprobe(String),
+}
+
+/// Tracepoint prefixes (bcc's and bpftrace's), longest first.
+const TP_PREFIXES: [&str; 2] = ["tracepoint:", "t:"];
+/// User-function prefixes (bcc's and bpftrace's), longest first.
+const UPROBE_PREFIXES: [&str; 2] = ["uprobe:", "u:"];
+
+/// Whether `s` is a tracepoint category or event name as tracefs lists
+/// them: letters, digits and `_`, at most MAX_LEN bytes.
+fn tp_name(s: &str) -> std::result::Result<(), String> {
+    if s.is_empty() {
+        return Err("it is empty".to_string());
+    }
+    if s.len() > MAX_LEN {
+        return Err(format!("it is {} bytes long (at most {MAX_LEN})", s.len()));
+    }
+    match s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+    {
+        None => Ok(()),
+        Some('*') | Some('?') | Some('[') => {
+            Err("it has a wildcard (topdown traces one tracepoint)".to_string())
+        }
+        Some('/') => Err("it has a '/' (a name, not a path)".to_string()),
+        Some(c) if c.is_control() || c.is_whitespace() => {
+            Err(format!("it has the character {:?}", c))
+        }
+        Some(c) => Err(format!("it has the character '{c}'")),
+    }
+}
+
+/// `CATEGORY:EVENT` after a tracepoint prefix: the event's name and its
+/// category, or why not (completing "topdown: ").
+fn parse_tracepoint(given: &str, spec: &str) -> Result<(FuncName, Option<Hook>), String> {
+    let bad = |why: String| format!("'{}' is not a tracepoint: {why}", given.escape_debug());
+    let Some((category, event)) = spec.split_once(':') else {
+        return Err(bad(
+            "name it as t:CATEGORY:EVENT, e.g. t:sched:sched_switch".to_string(),
+        ));
+    };
+    if event.contains(':') {
+        return Err(bad(
+            "one category and one event, as in t:kmem:mm_page_alloc".to_string(),
+        ));
+    }
+    tp_name(category).map_err(|why| bad(format!("its category {why}")))?;
+    tp_name(event).map_err(|why| bad(format!("its event {why}")))?;
+    let name = FuncName::parse(event).map_err(|why| bad(format!("its event {why}")))?;
+    Ok((name, Some(Hook::Tracepoint(category.to_string()))))
+}
+
+/// `LIB:FUNC` after a uprobe prefix, as `-x LIB FUNC`.
+fn parse_uprobe(given: &str, spec: &str) -> Result<(FuncName, Option<Hook>), String> {
+    let Some((lib, func)) = spec.split_once(':').filter(|(l, _)| !l.is_empty()) else {
+        return Err(format!(
+            "'{}' names no file: u:LIB:FUNC, e.g. u:c:malloc (or -x LIB FUNC)",
+            given.escape_debug()
+        ));
+    };
+    let (f, _) = parse_trace_func(func, true)?;
+    Ok((f, Some(Hook::Uprobe(lib.to_string()))))
 }
 
 /// Probe-type prefixes other tools put before a kernel function, longest
@@ -89,13 +187,29 @@ pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>),
                  table spells it, mangled for C++ and Rust (nm -D FILE lists them)"
             ));
         }
+        if TP_PREFIXES
+            .iter()
+            .chain(&UPROBE_PREFIXES)
+            .any(|p| s.starts_with(p))
+        {
+            return Err(format!(
+                "'{}' names its own target: give it without -x",
+                s.escape_debug()
+            ));
+        }
         return FuncName::parse(s)
             .map(|f| (f, None))
             .map_err(|why| format!("'{}' is not a function name: {why}", s.escape_debug()));
     }
+    if let Some(spec) = TP_PREFIXES.iter().find_map(|p| s.strip_prefix(p)) {
+        return parse_tracepoint(s, spec);
+    }
+    if let Some(spec) = UPROBE_PREFIXES.iter().find_map(|p| s.strip_prefix(p)) {
+        return parse_uprobe(s, spec);
+    }
     let (name, hook) = HOOK_PREFIXES
         .iter()
-        .find_map(|&(p, h)| s.strip_prefix(p).map(|rest| (rest, Some(h))))
+        .find_map(|(p, h)| s.strip_prefix(p).map(|rest| (rest, Some(h.clone()))))
         .unwrap_or((s, None));
     // bpftrace's kfunc:MODULE:FUNC, and MODULE:FUNC: the function alone,
     // as kallsyms is searched by name. A path or library is -x's.
@@ -103,19 +217,19 @@ pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>),
         Some((module, func)) if !is_file_like(module) && !func.contains(':') => func,
         _ => name,
     };
+    let hooked = hook.is_some();
     FuncName::parse(name).map(|f| (f, hook)).map_err(|why| {
         let why = format!(
             "'{}' is not a kernel function name: {why}",
             s.escape_debug()
         );
-        let spec = s.strip_prefix("uprobe:").unwrap_or(s);
-        match spec.rsplit_once(':') {
+        match s.rsplit_once(':') {
             Some((path, func))
-                if hook.is_none() && is_file_like(path) && FuncName::parse(func).is_ok() =>
+                if !hooked && is_file_like(path) && FuncName::parse(func).is_ok() =>
             {
                 format!(
                     "{why}; a function in a program or library is named with -x PATH FUNC \
-                     (here: -x {path} {func}), not PATH:FUNC"
+                     or u:PATH:FUNC (here: -x {path} {func}, or u:{path}:{func})"
                 )
             }
             _ => why,
@@ -246,9 +360,7 @@ mod tests {
     #[test]
     fn the_colon_syntax_is_refused_with_the_form_to_use() {
         let e = parse_trace_func("c:malloc", false).unwrap_err();
-        assert!(e.contains("(here: -x c malloc)"), "{e}");
-        let e = parse_trace_func("uprobe:/lib/x/libc.so.6:free", false).unwrap_err();
-        assert!(e.contains("-x /lib/x/libc.so.6 free"), "{e}");
+        assert!(e.contains("(here: -x c malloc, or u:c:malloc)"), "{e}");
         assert!(parse_trace_func("a/b", false).is_err());
     }
 
@@ -272,10 +384,65 @@ mod tests {
             (f("ext4_file_read_iter"), None)
         );
         // No advice that fails when followed.
-        for bad in ["p:/bin/ls:x", "kprobe:", "tracepoint:sched:x:y"] {
+        for bad in ["p:/bin/ls:x", "kprobe:", "tracepoint:sched:x:y", "t:sched"] {
             let e = parse_trace_func(bad, false).unwrap_err();
             assert!(!e.contains("-x"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn tracepoints_and_uprobes_are_spelt_as_bcc_and_bpftrace_do() {
+        let ok = |s| parse_trace_func(s, false).unwrap();
+        let f = |s: &str| FuncName::parse(s).unwrap();
+        let tp = |c: &str| Some(Hook::Tracepoint(c.to_string()));
+        let up = |l: &str| Some(Hook::Uprobe(l.to_string()));
+        assert_eq!(ok("t:kmem:mm_page_alloc"), (f("mm_page_alloc"), tp("kmem")));
+        assert_eq!(
+            ok("tracepoint:sched:sched_switch"),
+            (f("sched_switch"), tp("sched"))
+        );
+        assert_eq!(ok("u:c:malloc"), (f("malloc"), up("c")));
+        assert_eq!(ok("uprobe:c:malloc"), (f("malloc"), up("c")));
+        assert_eq!(
+            ok("uprobe:/lib/x/libc.so.6:free"),
+            (f("free"), up("/lib/x/libc.so.6"))
+        );
+        assert_eq!(ok("kprobe:vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+    }
+
+    #[test]
+    fn bad_tracepoints_and_uprobes_say_what_is_wrong() {
+        for (bad, says) in [
+            ("t:", "name it as t:CATEGORY:EVENT"),
+            ("t:kmem", "name it as t:CATEGORY:EVENT"),
+            ("tracepoint:kmem", "name it as t:CATEGORY:EVENT"),
+            ("t::mm_page_alloc", "its category it is empty"),
+            ("t:kmem:", "its event it is empty"),
+            ("t:kmem:mm_*", "its event it has a wildcard"),
+            ("t:*:sched_switch", "its category it has a wildcard"),
+            ("t:sched:sched_switch:x", "one category and one event"),
+            ("t:../x:y", "its category it has the character '.'"),
+            ("t:a/b:c", "its category it has a '/'"),
+            ("t:kmem:a/../b", "its event it has a '/'"),
+            ("t:kmem:mm page", "its event it has the character ' '"),
+            ("t:kmem:.x", "its event it has the character '.'"),
+            ("u:malloc", "names no file"),
+            ("u::malloc", "names no file"),
+            ("uprobe:c:", "it is empty"),
+            ("u:c:a/b", "it has a '/'"),
+            ("u:c:std::terminate", "demangled"),
+        ] {
+            let e = parse_trace_func(bad, false).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("-x p "), "{bad}: {e}");
+        }
+        let long = format!("t:kmem:{}", "e".repeat(MAX_LEN + 1));
+        assert!(parse_trace_func(&long, false)
+            .unwrap_err()
+            .contains("bytes long"));
+        // With -x, a target of its own is refused.
+        assert!(parse_trace_func("t:kmem:mm_page_alloc", true).is_err());
+        assert!(parse_trace_func("u:c:malloc", true).is_err());
     }
 
     #[test]

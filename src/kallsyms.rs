@@ -178,6 +178,13 @@ impl Kallsyms {
         self.of_base(name)
     }
 
+    /// The names of the symbols that start with `prefix`, without it.
+    pub(crate) fn names_after<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.syms
+            .iter()
+            .filter_map(move |s| s.name.strip_prefix(prefix))
+    }
+
     /// Up to `n` function names close to `name`, closest first.
     pub(crate) fn suggest(&self, name: &str, n: usize) -> Vec<String> {
         let mut seen = HashSet::new();

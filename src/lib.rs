@@ -56,6 +56,8 @@ mod system;
 mod tailcall;
 #[cfg(test)]
 mod testing;
+#[cfg_attr(test, allow(dead_code))]
+mod tracepoint;
 pub mod usage;
 mod user;
 mod version;

@@ -106,6 +106,22 @@ const CASES: &[Case] = &[
     case(&["-p", "1", "pin", "vfs_read"], 2, "the command comes first"),
     case(&["p:vfs_read", "--fentry"], 2, "asks for a kprobe: leave out --fentry"),
     case(&["-x", "c", "std::terminate"], 2, "is a demangled name"),
+    // Tracepoints (bcc's t:, bpftrace's tracepoint:) and uprobes (u:, uprobe:).
+    case(&["t:kmem"], 2, "name it as t:CATEGORY:EVENT"),
+    case(&["tracepoint:sched_switch"], 2, "name it as t:CATEGORY:EVENT"),
+    case(&["t:sched:sched_switch:x"], 2, "one category and one event"),
+    case(&["t:kmem:mm_*"], 2, "it has a wildcard (topdown traces one tracepoint)"),
+    case(&["t:*:sched_switch"], 2, "it has a wildcard (topdown traces one tracepoint)"),
+    case(&["t:../x:y"], 2, "its category it has the character '.'"),
+    case(&["t:a/b:c"], 2, "its category it has a '/' (a name, not a path)"),
+    case(&["t:kmem:a/b"], 2, "its event it has a '/' (a name, not a path)"),
+    case(&["t::x"], 2, "its category it is empty"),
+    case(&["t:kmem:"], 2, "its event it is empty"),
+    case(&["t:kmem:mm_page_alloc", "--fentry"], 2, "is a tracepoint: it takes no --fentry"),
+    case(&["t:kmem:mm_page_alloc", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
+    case(&["-x", "c", "t:kmem:mm_page_alloc"], 2, "names its own target: give it without -x"),
+    case(&["u:malloc"], 2, "names no file: u:LIB:FUNC"),
+    case(&["u:c:a/b"], 2, "it has a '/' (a function's name, not a path)"),
     // Files, names and values the command line gives that are wrong: exit
     // status 2 too, before anything is loaded.
     case(&["-x", "c", "no_such_sym"], 2, "is not a function defined in"),

@@ -90,7 +90,13 @@ pub(crate) struct LoadConfig {
     /// Which calls count (the pids and the cgroup also go into maps, after
     /// load: `probe::set_filter`).
     pub(crate) filter: Filters,
+    /// A tracepoint's glue: the address ranges of the functions between
+    /// the code that fired it and the program (at most MAX_GLUE).
+    pub(crate) glue: Vec<(u64, u64)>,
 }
+
+/// Address ranges of a tracepoint's glue the programs take.
+pub(crate) const MAX_GLUE: usize = types::td_abi::TD_MAX_GLUE.0 as usize;
 
 /// Which calls count, as the BPF side takes them: plain values, checked
 /// against the machine by `filter::Filter`, which makes them.
@@ -147,6 +153,12 @@ impl LoadConfig {
         dst.cpus = [0; MAX_CPUS as usize / 64];
         for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
             dst.cpus[c as usize / 64] |= 1 << (c % 64);
+        }
+        let glue = &self.glue[..self.glue.len().min(MAX_GLUE)];
+        dst.nr_glue = glue.len() as u32;
+        for (i, &(lo, hi)) in glue.iter().enumerate() {
+            dst.glue_lo[i] = lo;
+            dst.glue_hi[i] = hi;
         }
     }
 }

@@ -17,6 +17,8 @@ pub(crate) enum Request {
     /// fentry, falling back to a kprobe.
     Auto,
     Only(Mode),
+    /// A tracepoint: tp_btf, falling back to raw_tp.
+    Tracepoint,
 }
 
 /// An attached probe, and why fentry was not used if it was not.
@@ -54,6 +56,9 @@ pub(crate) fn attach<'obj>(
     companion: Option<Companion>,
     host: &Features,
 ) -> Result<Attached<'obj>> {
+    if req == Request::Tracepoint {
+        return attach_tracepoint(storage, config, func, companion, host);
+    }
     let fentry_err = match req {
         Request::Only(Mode::Kprobe) => None,
         _ => match try_fentry(&mut storage.fentry, config, func, companion, host) {
@@ -212,6 +217,105 @@ fn try_kprobe<'obj>(
         })?;
     let mut probe =
         Probe::new(skel, Mode::Kprobe, which, func, Some(link)).map_err(|e| e.to_string())?;
+    if let Some(kind) = companion {
+        probe.attach_companion(kind).map_err(|e| e.to_string())?;
+    }
+    Ok(probe)
+}
+
+/// A tracepoint's program: tp_btf (its arguments typed by BTF), else a raw
+/// tracepoint; `event` is the tracepoint's name alone, as both attach by.
+fn attach_tracepoint<'obj>(
+    storage: &'obj mut Storage,
+    config: &LoadConfig,
+    event: &str,
+    companion: Option<Companion>,
+    host: &Features,
+) -> Result<Attached<'obj>> {
+    let companion = companion.filter(|c| *c == Companion::Bare);
+    let btf_err = match try_tp(
+        &mut storage.fentry,
+        config,
+        event,
+        Mode::TpBtf,
+        companion,
+        host,
+    ) {
+        Ok(probe) => {
+            return Ok(Attached {
+                probe,
+                fallback_reason: None,
+            })
+        }
+        Err(why) => why,
+    };
+    match try_tp(
+        &mut storage.kprobe,
+        config,
+        event,
+        Mode::RawTp,
+        companion,
+        host,
+    ) {
+        Ok(probe) => Ok(Attached {
+            probe,
+            fallback_reason: Some(btf_err),
+        }),
+        Err(rwhy) => Err(Error::msg(format!(
+            "cannot trace tracepoint {event}: tp_btf: {btf_err}; raw_tp: {rwhy}"
+        ))),
+    }
+}
+
+fn try_tp<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &LoadConfig,
+    event: &str,
+    mode: Mode,
+    companion: Option<Companion>,
+    host: &Features,
+) -> std::result::Result<Probe<'obj>, String> {
+    if !host.btf {
+        // The programs' CO-RE reads are resolved against the kernel's BTF.
+        return Err(format!(
+            "this {} kernel has no BTF ({} is missing; Linux 5.4 and later export it, \
+             built with CONFIG_DEBUG_INFO_BTF)",
+            crate::host::ARCH,
+            crate::host::BTF_PATH
+        ));
+    }
+    let open = probe::open(storage, config, event, mode, companion, host).map_err(|e| {
+        match e.errno() {
+            Some(libc::ESRCH) | Some(libc::ENOENT) => {
+                format!("the kernel's BTF has no btf_trace_{event}")
+            }
+            _ => e.to_string(),
+        }
+    })?;
+    let skel = open.load().map_err(|e| {
+        let err = Error::bpf("load", e);
+        match err.errno() {
+            Some(libc::ESRCH) | Some(libc::ENOENT) if mode == Mode::TpBtf => {
+                format!("the kernel's BTF has no btf_trace_{event}")
+            }
+            _ => format!("the {mode} program failed to {err}{}", verifier_says()),
+        }
+    })?;
+    probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
+    let which = probe::Counting::of(config, host);
+    let prog = probe::counting(&skel, Some(mode), which);
+    let link = match mode {
+        Mode::RawTp => prog.attach_raw_tracepoint(event),
+        _ => prog.attach_trace(),
+    }
+    .map_err(|e| {
+        let err = Error::bpf("attach", e);
+        match err.errno() {
+            Some(libc::ENOENT) => format!("this kernel has no tracepoint {event}"),
+            _ => format!("the {mode} program failed to {err}"),
+        }
+    })?;
+    let mut probe = Probe::new(skel, mode, which, event, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }

@@ -15,6 +15,8 @@ enum td_kind {
 	TD_FENTRY,
 	TD_KPROBE,
 	TD_SELFTEST,
+	/* A tracepoint (tp_btf or raw_tp): ctx is the arguments' array. */
+	TD_TP,
 };
 
 /*
@@ -33,7 +35,7 @@ struct td_raw_tp_args {
  */
 static __always_inline __u64 func_ip(void *ctx, enum td_kind kind)
 {
-	if (kind == TD_SELFTEST || !cfg.func_ip_helper)
+	if (kind == TD_SELFTEST || kind == TD_TP || !cfg.func_ip_helper)
 		return cfg.func_addr;
 	/* inlined for fentry: a load from the trampoline's frame */
 	return bpf_get_func_ip(ctx);
@@ -357,6 +359,141 @@ static __always_inline int entry_caller(void *ctx, struct td_scratch *s, int i, 
 }
 #endif
 
+
+/*
+ * A tracepoint: the code that fired it is the first frame outside the
+ * glue (cfg.glue_*: __traceiter_EVENT, __bpf_trace_EVENT, bpf_trace_runN)
+ * that follows a glue frame; the program's own frames come before the
+ * glue.
+ */
+static __always_inline bool in_glue(__u64 ip)
+{
+	for (__u32 g = 0; g < TD_MAX_GLUE; g++) {
+		if (g >= cfg.nr_glue)
+			break;
+		if (returns_into(ip, cfg.glue_lo[g], cfg.glue_hi[g]))
+			return true;
+	}
+	return false;
+}
+
+/* The index in s->ips (n frames) of the frame that fired the tracepoint, or -1. */
+static __always_inline int tp_firing(struct td_scratch *s, long n)
+{
+	bool glue = false;
+
+	for (int i = 0; i < TD_TP_FRAMES; i++) {
+		if (i >= n)
+			break;
+		if (in_glue(s->ips[i]))
+			glue = true;
+		else if (glue)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * A tracepoint's unwind: only as deep as the firing frame can be and the
+ * deepest rule looks above it (the unwind costs by the frame), a constant.
+ */
+static __always_inline int tp_unwind_in(void *ctx, struct td_scratch *s, __u32 frames)
+{
+	long n;
+
+	frames += cfg.deep_depth;
+	if (frames > TD_UNWIND_FRAMES)
+		frames = TD_UNWIND_FRAMES;
+	n = bpf_get_stack(ctx, s->ips, frames * sizeof(s->ips[0]), 0);
+	if (n <= 0)
+		return -1;
+	return tp_firing(s, n / 8);
+}
+
+/*
+ * The unwind, as deep as the firing frame was last time (tp_frames: the
+ * glue is the same code on every call) and the rules look above it; where
+ * the firing frame was not there (the glue grew: another program on the
+ * tracepoint), again as deep as it can be.
+ */
+static __always_inline int tp_unwind(void *ctx, struct td_scratch *s)
+{
+	__u32 frames = *(volatile __u32 *)&tp_frames;
+	int i = -1;
+
+	if (frames && frames <= TD_TP_FRAMES)
+		i = tp_unwind_in(ctx, s, frames);
+	if (i < 0)
+		i = tp_unwind_in(ctx, s, TD_TP_FRAMES);
+	if (i >= 0 && i + 1 != frames)
+		tp_frames = i + 1;
+	return i;
+}
+
+/* The byte offsets from ctx of the words a tracepoint's quick read may take. */
+#define TD_TP_OFFSETS ((TD_TP_SCAN - 1) * 8)
+
+/* One word, a guarded plain load where the kernel has bpf_rdonly_cast. */
+static __always_inline __u64 tp_word(void *at)
+{
+	__u64 w = 0;
+
+	if (bpf_ksym_exists(bpf_rdonly_cast))
+#if defined(__TARGET_ARCH_arm64)
+		return bpf_core_cast(at, struct pt_regs)->regs[0];
+#else
+		return bpf_core_cast(at, struct pt_regs)->r15;
+#endif
+	bpf_probe_read_kernel(&w, sizeof(w), at);
+	barrier_var(w);
+	return w;
+}
+
+/*
+ * The common path's read under a tracepoint: the word where the firing
+ * frame's return address was last found, taken only if the site cache
+ * knows it (glue addresses never enter it).
+ */
+static __always_inline __u64 tp_caller_quick(void *ctx)
+{
+	return tp_word(ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS));
+}
+
+/* Where among the words above ctx `ret` is, for the quick read to take it. */
+static __noinline void tp_learn(void *ctx, __u64 ret)
+{
+	for (__u32 i = 0; i < TD_TP_SCAN; i++) {
+		__u64 w = 0;
+
+		if (bpf_probe_read_kernel(&w, sizeof(w), ctx + i * 8))
+			return;
+		if (w == ret) {
+			tp_off = i * 8;
+			return;
+		}
+	}
+}
+
+/* The checked way: the unwind's firing frame (0 if none), and the quick read taught. */
+static __noinline __u64 tp_caller(void *ctx, __u64 quick)
+{
+	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 ret;
+	int i;
+
+	if (!s)
+		return 0;
+	i = tp_unwind(ctx, s);
+	/* for deep_reason, in this same call: its unwind is this one */
+	s->caller = i;
+	if (i < 0)
+		return 0;
+	ret = s->ips[i & (TD_UNWIND_FRAMES - 1)];
+	if (ret != quick)
+		tp_learn(ctx, ret);
+	return ret;
+}
+
 /* The frames searched for the cheap caller where the unwind has no entry frame. */
 #define TD_HINT_FRAMES 6
 
@@ -391,8 +528,11 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 					 __u64 hint, bool loops)
 {
 	struct td_frame_walk w = { .s = s, .func = func_ip(ctx, kind), .at = -1 };
-	long n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
+	long n;
 
+	if (kind == TD_TP)
+		return tp_unwind(ctx, s);
+	n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
 	if (n <= 0)
 		return -1;
 	w.n = n /= 8;
@@ -419,6 +559,8 @@ static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
 #endif
 	if (kind == TD_KPROBE)
 		return kprobe_caller(ctx);
+	if (kind == TD_TP)
+		return tp_caller_quick(ctx);
 	return ((struct td_raw_tp_args *)ctx)->args[0];
 }
 
@@ -451,6 +593,18 @@ static __always_inline int synthetic_unwind(void *ctx, struct td_scratch *s)
 static __always_inline int caller_index(void *ctx, struct td_scratch *s, __u64 ret,
 					enum td_kind kind, bool loops)
 {
+	if (kind == TD_TP) {
+		/*
+		 * A tracepoint's call that reaches the rules took the checked
+		 * way first (its caller has rules, so it is never in the site
+		 * cache): tp_caller's unwind is this call's, used once.
+		 */
+		int ci = *(volatile __s32 *)&s->caller;
+
+		s->caller = -1;
+		if (ci >= 0 && ci < TD_TP_FRAMES && s->ips[ci & (TD_UNWIND_FRAMES - 1)] == ret)
+			return ci;
+	}
 	s->caller = kind == TD_SELFTEST && cfg.synthetic_stack ? synthetic_unwind(ctx, s)
 							       : unwind_caller(ctx, s, kind, ret, loops);
 	return *(volatile __s32 *)&s->caller;

@@ -41,6 +41,19 @@ __u64 site_cache[TD_SITE_CACHE];
 __u32 entry_off;
 
 /*
+ * A tracepoint's program: where the first calls found the return address
+ * into the code that fired it, among the words above ctx (the arguments,
+ * in bpf_trace_runN's frame), as a byte offset from ctx. The glue between
+ * is the same code on every call, so the offset holds until the static
+ * call changes (another program on the tracepoint), and the next call
+ * that misses searches again.
+ */
+__u32 tp_off;
+
+/* A tracepoint's program: the frames its unwind needs to reach the firing frame. */
+__u32 tp_frames;
+
+/*
  * Set when a call site is first counted as pending (mmap'ed .bss): user
  * space, whatever its print interval, clears it and resolves the new
  * sites within a tick, so their calls leave the pending path soon.

@@ -30,6 +30,12 @@ pub(crate) enum Mode {
     Kprobe,
     /// A user-space function (-x): a uprobe at its entry.
     Uprobe,
+    /// A tracepoint (`t:CATEGORY:EVENT`), through its BTF type (5.5).
+    #[serde(rename = "tp_btf")]
+    TpBtf,
+    /// A tracepoint, raw: where the kernel refuses tp_btf for it.
+    #[serde(rename = "raw_tp")]
+    RawTp,
 }
 
 impl Mode {
@@ -38,7 +44,14 @@ impl Mode {
             Mode::Fentry => "fentry",
             Mode::Kprobe => "kprobe",
             Mode::Uprobe => "uprobe",
+            Mode::TpBtf => "tp_btf",
+            Mode::RawTp => "raw_tp",
         }
+    }
+
+    /// Whether the target is a tracepoint.
+    pub(crate) fn is_tracepoint(self) -> bool {
+        matches!(self, Mode::TpBtf | Mode::RawTp)
     }
 }
 
@@ -139,6 +152,9 @@ fn open_for<'obj>(
     if mode == Some(Mode::Fentry) {
         set_fentry_targets(&mut open, func)?;
     }
+    if mode == Some(Mode::TpBtf) {
+        set_tp_targets(&mut open, func)?;
+    }
     size_maps(&mut open, config, mode == Some(Mode::Uprobe), host)?;
     write_config(&mut open, config, host);
     #[cfg(test)]
@@ -161,6 +177,8 @@ fn select_programs(
     let fentry = mode == Some(Mode::Fentry);
     let kprobe = mode == Some(Mode::Kprobe);
     let uprobe = mode == Some(Mode::Uprobe);
+    let tp = mode == Some(Mode::TpBtf);
+    let rawtp = mode == Some(Mode::RawTp);
     let Counting { any, loops } = which;
     let p = &mut open.progs;
     for (prog, kind, a, l) in [
@@ -172,6 +190,14 @@ fn select_programs(
         (&mut p.td_kprobe_any, kprobe, true, true),
         (&mut p.td_kprobe_nl, kprobe, false, false),
         (&mut p.td_kprobe_any_nl, kprobe, true, false),
+        (&mut p.td_tp, tp, false, true),
+        (&mut p.td_tp_any, tp, true, true),
+        (&mut p.td_tp_nl, tp, false, false),
+        (&mut p.td_tp_any_nl, tp, true, false),
+        (&mut p.td_rawtp, rawtp, false, true),
+        (&mut p.td_rawtp_any, rawtp, true, true),
+        (&mut p.td_rawtp_nl, rawtp, false, false),
+        (&mut p.td_rawtp_any_nl, rawtp, true, false),
         (&mut p.td_selftest, mode.is_none(), false, true),
         (&mut p.td_selftest_any, mode.is_none(), true, true),
         (&mut p.td_selftest_nl, mode.is_none(), false, false),
@@ -186,6 +212,8 @@ fn select_programs(
     let bare = companion == Some(Companion::Bare);
     p.td_bare_fentry.set_autoload(bare && fentry);
     p.td_bare_kprobe.set_autoload(bare && kprobe);
+    p.td_bare_tp.set_autoload(bare && tp);
+    p.td_bare_rawtp.set_autoload(bare && rawtp);
     p.td_uprobe.set_autoload(uprobe);
     p.td_bare_uprobe.set_autoload(bare && uprobe);
     for prog in [
@@ -197,6 +225,16 @@ fn select_programs(
         &mut p.td_kprobe_any,
         &mut p.td_kprobe_nl,
         &mut p.td_kprobe_any_nl,
+        &mut p.td_tp,
+        &mut p.td_tp_any,
+        &mut p.td_tp_nl,
+        &mut p.td_tp_any_nl,
+        &mut p.td_rawtp,
+        &mut p.td_rawtp_any,
+        &mut p.td_rawtp_nl,
+        &mut p.td_rawtp_any_nl,
+        &mut p.td_bare_tp,
+        &mut p.td_bare_rawtp,
         &mut p.td_selftest,
         &mut p.td_selftest_any,
         &mut p.td_selftest_nl,
@@ -230,6 +268,26 @@ fn set_fentry_targets(open: &mut OpenTopdownSkel<'_>, func: &str) -> Result<()> 
         }
         prog.set_attach_target(0, Some(func.to_string()))
             .map_err(|e| Error::bpf("setting the fentry target", e))?;
+    }
+    Ok(())
+}
+
+/// Sets tracepoint `event` as the target of the tp_btf programs that load
+/// (libbpf finds its `btf_trace_EVENT` type).
+fn set_tp_targets(open: &mut OpenTopdownSkel<'_>, event: &str) -> Result<()> {
+    let p = &mut open.progs;
+    for prog in [
+        &mut p.td_tp,
+        &mut p.td_tp_any,
+        &mut p.td_tp_nl,
+        &mut p.td_tp_any_nl,
+        &mut p.td_bare_tp,
+    ] {
+        if !prog.autoload() {
+            continue;
+        }
+        prog.set_attach_target(0, Some(event.to_string()))
+            .map_err(|e| Error::bpf("setting the tracepoint", e))?;
     }
     Ok(())
 }
@@ -378,6 +436,14 @@ pub(crate) fn counting<'a, 'obj>(
         (Some(Mode::Kprobe), true, true) => &p.td_kprobe_any,
         (Some(Mode::Kprobe), false, false) => &p.td_kprobe_nl,
         (Some(Mode::Kprobe), true, false) => &p.td_kprobe_any_nl,
+        (Some(Mode::TpBtf), false, true) => &p.td_tp,
+        (Some(Mode::TpBtf), true, true) => &p.td_tp_any,
+        (Some(Mode::TpBtf), false, false) => &p.td_tp_nl,
+        (Some(Mode::TpBtf), true, false) => &p.td_tp_any_nl,
+        (Some(Mode::RawTp), false, true) => &p.td_rawtp,
+        (Some(Mode::RawTp), true, true) => &p.td_rawtp_any,
+        (Some(Mode::RawTp), false, false) => &p.td_rawtp_nl,
+        (Some(Mode::RawTp), true, false) => &p.td_rawtp_any_nl,
         (None, false, true) => &p.td_selftest,
         (None, true, true) => &p.td_selftest_any,
         (None, false, false) => &p.td_selftest_nl,
@@ -546,6 +612,8 @@ impl<'obj> Probe<'obj> {
             (Companion::Bare, Mode::Fentry) => &skel.progs.td_bare_fentry,
             (Companion::Bare, Mode::Kprobe) => &skel.progs.td_bare_kprobe,
             (Companion::Bare, Mode::Uprobe) => &skel.progs.td_bare_uprobe,
+            (Companion::Bare, Mode::TpBtf) => &skel.progs.td_bare_tp,
+            (Companion::Bare, Mode::RawTp) => &skel.progs.td_bare_rawtp,
         })
     }
 

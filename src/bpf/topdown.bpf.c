@@ -140,9 +140,13 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	/* read again: passed from the common path, it took a register there */
 	ret = quick = quick_caller(ctx, kind);
 	r = cached_reason(quick);
-	hit = r != TD_SLOT_NONE;
+	hit = r != TD_SLOT_NONE && (kind != TD_TP || r != TD_SLOT_NOT_FOUND);
 	if (kind == TD_FENTRY && quick_fentry() && (!hit || verify_all)) {
 		ret = fentry_caller(ctx);
+		r = cached_reason(ret);
+	}
+	if (kind == TD_TP && (!hit || verify_all)) {
+		ret = tp_caller(ctx, quick);
 		r = cached_reason(ret);
 	}
 	if (!hit)
@@ -183,6 +187,25 @@ static __noinline void count_slow_loop(void *ctx, struct td_counts *c, enum td_k
 }
 
 /*
+ * Whether the quick read names a resolved site (its cache entry in *e). A
+ * tracepoint's word may be no return address at all (an argument, before
+ * the first call taught the read where to look).
+ */
+static __always_inline bool quick_hit(void *ctx, enum td_kind kind, __u64 *e)
+{
+	__u64 ret = quick_caller(ctx, kind);
+
+	if (kind != TD_TP)
+		return cached(ret, e);
+	/*
+	 * A word that is no return address can match an empty entry (one
+	 * that names address 0, "not found"), which a tracepoint's sites
+	 * never resolve to: taken as a miss.
+	 */
+	return cached(ret, e) && *e >> TD_SLOT_SHIFT != TD_SLOT_NOT_FOUND;
+}
+
+/*
  * Counts the call: the common path, a lookup of the counters through the
  * watch key, the quick read and the site cache, and the count. Anything
  * else is count_slow's: a watched call, a site not cached, --verify-caller.
@@ -194,8 +217,7 @@ static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_pat
 	__u64 e;
 
 	c = bpf_map_lookup_elem(&counts, &watch);
-	if (c && !verifies_all(path) &&
-	    cached(quick_caller(ctx, kind), &e)) {
+	if (c && !verifies_all(path) && quick_hit(ctx, kind, &e)) {
 		/* the slot's counter: its byte offset is the entry's top bits */
 		(*(__u64 *)((void *)c->n + (e >> TD_SITE_SHIFT)))++;
 		return;
@@ -277,6 +299,66 @@ int BPF_KPROBE(td_kprobe_any_nl)
 }
 
 /*
+ * A tracepoint's: a BTF tracepoint (5.5), else a raw one (4.17), counted
+ * by the code that fired it.
+ */
+SEC("tp_btf")
+int td_tp(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_COMMON, true);
+	return 0;
+}
+
+SEC("tp_btf")
+int td_tp_any(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_ANY, true);
+	return 0;
+}
+
+SEC("tp_btf")
+int td_tp_nl(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_COMMON, false);
+	return 0;
+}
+
+SEC("tp_btf")
+int td_tp_any_nl(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_ANY, false);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_rawtp(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_COMMON, true);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_rawtp_any(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_ANY, true);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_rawtp_nl(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_COMMON, false);
+	return 0;
+}
+
+SEC("raw_tp")
+int td_rawtp_any_nl(void *ctx)
+{
+	count_on(ctx, TD_TP, TD_PATH_ANY, false);
+	return 0;
+}
+
+/*
  * The counting paths run on a return address given as the first raw
  * tracepoint argument (the other arguments: frames above the caller, with
  * cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise the site table,
@@ -347,6 +429,20 @@ int BPF_PROG(td_bare_fentry)
 
 SEC("kprobe")
 int BPF_KPROBE(td_bare_kprobe)
+{
+	bare_count();
+	return 0;
+}
+
+SEC("tp_btf")
+int td_bare_tp(void *ctx)
+{
+	bare_count();
+	return 0;
+}
+
+SEC("raw_tp")
+int td_bare_rawtp(void *ctx)
 {
 	bare_count();
 	return 0;

@@ -64,6 +64,17 @@ enum td_abi {
 	 * frame above the caller: its synthetic unwind fails.
 	 */
 	TD_NO_FRAMES = 1,
+	/*
+	 * A tracepoint (tp_btf, raw_tp): the address ranges of its glue (the
+	 * kernel's functions between the code that fired it and the program:
+	 * __traceiter_EVENT, __bpf_trace_EVENT, bpf_trace_runN); the frames
+	 * searched for the first one outside it (the program's own come
+	 * first); the words above the program's context searched for that
+	 * frame's return address (see tp_caller).
+	 */
+	TD_MAX_GLUE = 8,
+	TD_TP_FRAMES = 12,
+	TD_TP_SCAN = 64,		/* a power of two */
 };
 
 /* No process: what an exited process of the pid filter becomes. */
@@ -199,6 +210,11 @@ struct td_config {
 	__u8 arg_cnt_helper;
 	__u8 pad[2];
 	__u64 cpus[TD_MAX_CPUS / 64];
+	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
+	__u32 nr_glue;
+	__u32 pad2;
+	__u64 glue_lo[TD_MAX_GLUE];
+	__u64 glue_hi[TD_MAX_GLUE];
 };
 
 /*

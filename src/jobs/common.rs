@@ -97,6 +97,10 @@ pub(super) fn tail_calls(func: u64) -> Option<TailCalls> {
 /// The function and how it is traced, as the start-up lines name it.
 pub(super) fn mode_line(func: &str, mode: Mode, fallback: Option<&str>) -> String {
     match fallback {
+        Some(why) if mode.is_tracepoint() => {
+            format!("tracepoint {func} with raw_tp: tp_btf unavailable: {why}")
+        }
+        None if mode.is_tracepoint() => format!("tracepoint {func} with {mode}"),
         Some(why) => format!("{func} with a kprobe: fentry unavailable: {why}"),
         None => format!("{func} with {mode}"),
     }

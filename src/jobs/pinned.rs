@@ -97,7 +97,10 @@ pub(super) fn pinned_mapper(inst: &pin::Instance) -> Result<Mapper> {
     let names = inst.probe.maps().names()?;
     let mut mapper = Mapper::from_routes(m.max_reasons, &names, &m.routes, &m.source_routes);
     mapper.sync(inst.probe.maps())?;
-    mapper.tail = tail_calls(m.func_addr);
+    // A tracepoint's call sites call its static call: no tail calls.
+    if !m.mode.is_tracepoint() {
+        mapper.tail = tail_calls(m.func_addr);
+    }
     Ok(mapper)
 }
 

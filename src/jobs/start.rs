@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::bpf::abi::{LoadConfig, SLOT_NOT_FOUND};
+use crate::bpf::abi::{LoadConfig, MAX_GLUE, SLOT_NOT_FOUND};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::probe::{self, Companion, Mode, Probe};
 use crate::error::{Error, Result};
@@ -14,6 +14,7 @@ use crate::kallsyms::Kallsyms;
 use crate::plan::{Load, Target, Trace};
 use crate::profile;
 use crate::reasons::{self, Mapper};
+use crate::tracepoint;
 
 use super::common::tail_calls;
 
@@ -50,6 +51,8 @@ pub(super) struct Kernel {
     pub(super) mapper: Mapper,
     /// The --stack-on reason's slot.
     pub(super) stack_on: Option<u32>,
+    /// A tracepoint's glue (see tracepoint::glue).
+    pub(super) glue: Vec<(u64, u64)>,
 }
 
 impl Kernel {
@@ -59,7 +62,14 @@ impl Kernel {
     fn learn(target: &Target, max_reasons: usize, stack_on: Option<&str>) -> Result<Kernel> {
         let vmlinux = host::debug_vmlinux(target.vmlinux.as_deref());
         let ksyms = host::load_kallsyms()?;
-        let func_addr = host::resolve_function(&ksyms, &target.func)?;
+        let (func_addr, glue) = match &target.tracepoint {
+            Some(category) => {
+                tracepoint::check(&ksyms, category, &target.func)?;
+                let (glue, iter) = tracepoint::glue(&ksyms, &target.func, MAX_GLUE);
+                (iter, glue)
+            }
+            None => (host::resolve_function(&ksyms, &target.func)?, Vec::new()),
+        };
         let resolved = match &target.profile {
             Some(p) => {
                 let r = profile::resolve(p, &ksyms)?;
@@ -80,6 +90,7 @@ impl Kernel {
             .transpose()?;
         Ok(Kernel {
             ksyms,
+            glue,
             func_addr,
             vmlinux,
             mapper,
@@ -108,7 +119,9 @@ fn symbols_before_load(
         !reasons::is_not_found(name)
             && !profile.is_some_and(|p| p.reasons.iter().any(|r| r.name == name))
     });
-    cfg!(target_arch = "aarch64")
+    // A tracepoint's glue is given to the programs at load.
+    target.tracepoint.is_some()
+        || cfg!(target_arch = "aarch64")
         || !host.func_ip_helper
         || (rules_at_load && deep_depth(target) > 0)
         || function_named
@@ -154,6 +167,7 @@ pub(super) fn start<'obj>(
         deep_depth: deep_depth(target),
         stacks: extra.stacks,
         filter: extra.filter.for_bpf(),
+        glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
     };
     let func = target.func.as_str();
     let a = match attach::attach(
@@ -190,7 +204,11 @@ pub(super) fn start<'obj>(
             k
         }
     };
-    kernel.mapper.tail = tail_calls(kernel.func_addr);
+    // A tracepoint's call sites call its static call or __traceiter, not
+    // the function named: no tail calls to tell apart.
+    if target.tracepoint.is_none() {
+        kernel.mapper.tail = tail_calls(kernel.func_addr);
+    }
     kernel.mapper.sync(a.probe.maps())?;
     a.probe.maps().own(0);
     Ok(Started {
@@ -220,6 +238,7 @@ pub(super) fn start_user<'obj>(
         deep_depth: 0,
         stacks: t.trigger.auto || t.stack_on.is_some(),
         filter: t.filter.for_bpf(),
+        glue: Vec::new(),
     };
     let features = host::Features::probe();
     let bare = t.companion == Some(Companion::Bare);

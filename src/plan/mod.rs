@@ -97,7 +97,10 @@ pub struct Show {
 /// The traced function and how its callers are grouped into reasons.
 #[derive(Debug)]
 pub struct Target {
+    /// A function's name, or a tracepoint's event's.
     pub(crate) func: FuncName,
+    /// A tracepoint's category (`t:CATEGORY:EVENT`): `func` is the event.
+    pub(crate) tracepoint: Option<String>,
     /// None: one reason per caller function.
     pub(crate) profile: Option<Profile>,
     /// A profile the user wrote (a file or --rules), as opposed to a
@@ -167,20 +170,35 @@ impl Plan {
                 },
                 p.verbose,
             ),
-            Some(Command::Pin(p)) => (
-                Job::Pin(Box::new(Pin {
-                    target: target(
-                        pinnable(p.func.as_ref().ok_or_else(|| {
-                            Error::usage("no FUNC given (see topdown pin --help)")
-                        })?)?,
-                        &p.profile,
-                    )?,
-                    max_reasons: p.profile.max_reasons as usize,
-                    load: load(&p.mode, &p.capture, None)?,
-                    filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
-                })),
-                p.verbose,
-            ),
+            Some(Command::Pin(p)) => {
+                let given = p
+                    .func
+                    .as_ref()
+                    .ok_or_else(|| Error::usage("no FUNC given (see topdown pin --help)"))?;
+                let mut load = load(&p.mode, &p.capture, None)?;
+                if given.tracepoint.is_some() {
+                    if p.mode.fentry || p.mode.kprobe {
+                        return Err(Error::usage(format!(
+                            "'t:{}:{}' is a tracepoint: it takes no --fentry or --kprobe",
+                            given.tracepoint.as_deref().unwrap_or_default(),
+                            given.func
+                        )));
+                    }
+                    load.request = Request::Tracepoint;
+                }
+                (
+                    Job::Pin(Box::new(Pin {
+                        target: Target {
+                            tracepoint: given.tracepoint.clone(),
+                            ..target(pinnable(&given.func)?, &p.profile)?
+                        },
+                        max_reasons: p.profile.max_reasons as usize,
+                        load,
+                        filter: Filter::check(&[], p.cgroup.as_deref(), p.cpus.as_ref())?,
+                    })),
+                    p.verbose,
+                )
+            }
             Some(Command::Show(s)) => (Job::Show(Box::new(show(s)?)), false),
             Some(Command::Unpin(u)) => (
                 Job::Unpin {
@@ -290,19 +308,46 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
         .ok_or_else(|| Error::usage("no FUNC given (see topdown --help)"))?;
     let (func, hook) =
         funcname::parse_trace_func(given, t.binary.is_some()).map_err(Error::usage)?;
-    // `p:FUNC`, `kprobe:FUNC`: as --kprobe.
+    // `p:FUNC`, `kprobe:FUNC`: as --kprobe; `u:LIB:FUNC`: as -x LIB FUNC.
     let mut with_hook;
-    let t = if hook == Some(Hook::Kprobe) && !t.mode.kprobe {
-        if t.mode.fentry {
-            return Err(Error::usage(format!(
-                "'{given}' asks for a kprobe: leave out --fentry"
-            )));
+    let mut tracepoint = None;
+    let t = match hook {
+        Some(Hook::Kprobe) if !t.mode.kprobe => {
+            if t.mode.fentry {
+                return Err(Error::usage(format!(
+                    "'{given}' asks for a kprobe: leave out --fentry"
+                )));
+            }
+            with_hook = t.clone();
+            with_hook.mode.kprobe = true;
+            &with_hook
         }
-        with_hook = t.clone();
-        with_hook.mode.kprobe = true;
-        &with_hook
-    } else {
-        t
+        Some(Hook::Uprobe(lib)) => {
+            with_hook = t.clone();
+            with_hook.binary = Some(lib);
+            &with_hook
+        }
+        Some(Hook::Tracepoint(category)) => {
+            let refused = [
+                (t.mode.fentry, "--fentry"),
+                (t.mode.kprobe, "--kprobe"),
+                (
+                    matches!(
+                        t.companion,
+                        Some(CompanionKind::Fentry | CompanionKind::Fexit)
+                    ),
+                    "--companion fentry or fexit",
+                ),
+            ];
+            if let Some((_, what)) = refused.iter().find(|(given, _)| *given) {
+                return Err(Error::usage(format!(
+                    "'{given}' is a tracepoint: it takes no {what}"
+                )));
+            }
+            tracepoint = Some(category);
+            t
+        }
+        _ => t,
     };
     let job = if t.list_reasons && t.binary.is_some() {
         return Err(Error::usage(
@@ -310,11 +355,19 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
         ));
     } else if t.list_reasons {
         Job::ListReasons {
-            target: target(&func, &t.profile)?,
+            target: Target {
+                tracepoint,
+                ..target(&func, &t.profile)?
+            },
             json: t.json,
         }
     } else {
-        Job::Trace(Box::new(trace(&func, t)?))
+        let mut trace = trace(&func, t)?;
+        if tracepoint.is_some() {
+            trace.load.request = Request::Tracepoint;
+            trace.target.tracepoint = tracepoint;
+        }
+        Job::Trace(Box::new(trace))
     };
     Ok((job, t.verbose))
 }
@@ -387,6 +440,7 @@ fn target(func: &FuncName, p: &ProfileArgs) -> Result<Target> {
         users_own: p.reasons.is_some() || p.rules.is_some(),
         vmlinux: p.vmlinux.clone(),
         func: func.clone(),
+        tracepoint: None,
         user: None,
     })
 }
@@ -442,6 +496,7 @@ fn user_target(binary: &str, func: &FuncName, t: &TraceArgs) -> Result<Target> {
     }
     Ok(Target {
         func: func.clone(),
+        tracepoint: None,
         users_own: profile.is_some(),
         profile,
         vmlinux: None,

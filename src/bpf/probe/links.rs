@@ -14,6 +14,7 @@ impl Probe<'_> {
             .ok_or_else(|| Error::msg("a pinned instance takes no companion program"))?;
         let link = match (kind, self.mode) {
             (Companion::Bare, Mode::Kprobe) => prog.attach_kprobe(false, &self.func),
+            (Companion::Bare, Mode::RawTp) => prog.attach_raw_tracepoint(&self.func),
             (_, Mode::Uprobe) => {
                 return Err(Error::msg(
                     "a uprobe's companion is attached with attach_uprobes",

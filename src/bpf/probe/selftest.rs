@@ -89,6 +89,28 @@ impl Probe<'_> {
         let Owner::Loaded { skel, which, .. } = &self.owner else {
             panic!("a loaded object");
         };
-        counting(skel, None, *which)
+        let mode = (self.mode == Mode::RawTp).then_some(Mode::RawTp);
+        counting(skel, mode, *which)
     }
+}
+
+/// Loads the object with the raw tracepoint's counting program (td_rawtp),
+/// not attached: BPF_PROG_TEST_RUN runs it from the test-run code, which
+/// `config.glue` then has to name as the tracepoint's glue.
+pub(crate) fn load_rawtp<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    config: &LoadConfig,
+) -> Probe<'obj> {
+    let host = Features::probe();
+    let open = open_for(
+        storage,
+        config,
+        "selftest",
+        Programs::Trace(Mode::RawTp, None),
+        &host,
+    )
+    .expect("open");
+    let skel = open.load().expect("load the raw_tp program (needs root)");
+    let which = Counting::of(config, &host);
+    Probe::new(skel, Mode::RawTp, which, "selftest", None).expect("the maps")
 }

@@ -1,0 +1,177 @@
+//! A tracepoint as a target (`t:CATEGORY:EVENT`): checked against what this
+//! kernel has, and the glue between the code that fires it and the program
+//! (the functions the BPF side skips to find that code's frame).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::kallsyms::{distance, Kallsyms};
+
+/// Where tracefs lists the tracepoints, when it is mounted.
+const EVENTS: [&str; 2] = [
+    "/sys/kernel/tracing/events",
+    "/sys/kernel/debug/tracing/events",
+];
+
+/// Up to `n` of `names` close to `name`, closest first.
+fn close<'a>(name: &str, names: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = names
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter_map(|b| {
+            let d = distance(name, b);
+            let near = d <= name.len().max(4) / 3 || (b.contains(name) && name.len() >= 4);
+            near.then_some((d, b))
+        })
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, b)| b.to_string())
+        .collect()
+}
+
+fn hint(close: &[String]) -> String {
+    if close.is_empty() {
+        String::new()
+    } else {
+        format!("; did you mean: {}?", close.join(", "))
+    }
+}
+
+/// The names of a directory's subdirectories.
+fn subdirs(dir: &Path) -> Option<Vec<String>> {
+    let rd = std::fs::read_dir(dir).ok()?;
+    Some(
+        rd.flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect(),
+    )
+}
+
+/// Checks `category:event` against tracefs where it is mounted (the
+/// category is checked only there), else against the kernel's symbols
+/// (`__traceiter_EVENT`): a usage error naming close matches if this
+/// kernel lacks it.
+pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()> {
+    let events = EVENTS.iter().map(Path::new).find(|p| p.is_dir());
+    let in_kernel = ksyms
+        .named(&format!("__traceiter_{event}"))
+        .next()
+        .is_some();
+    if let Some(events) = events {
+        let cats = subdirs(events).unwrap_or_default();
+        if !cats.iter().any(|c| c == category) {
+            let near = close(category, cats.iter().map(String::as_str), 5);
+            return Err(Error::usage(format!(
+                "no tracepoint category '{category}' on this kernel (not in {}){}",
+                events.display(),
+                hint(&near)
+            )));
+        }
+        let mine = subdirs(&events.join(category)).unwrap_or_default();
+        if mine.iter().any(|e| e == event) {
+            return Ok(());
+        }
+        // In another category?
+        let elsewhere = cats
+            .iter()
+            .find(|c| events.join(c).join(event).is_dir())
+            .map(|c| format!("; it is {c}:{event}"));
+        let near = close(event, mine.iter().map(String::as_str), 5);
+        return Err(Error::usage(format!(
+            "no tracepoint {category}:{event} on this kernel{}",
+            elsewhere.unwrap_or_else(|| hint(&near))
+        )));
+    }
+    if in_kernel {
+        return Ok(());
+    }
+    let near = close(event, ksyms.names_after("__traceiter_"), 5);
+    Err(Error::usage(format!(
+        "no tracepoint {category}:{event} on this kernel (no __traceiter_{event} in \
+         /proc/kallsyms){}",
+        hint(&near)
+    )))
+}
+
+/// The address ranges of the glue between a tracepoint's call site and its
+/// program: `__traceiter_EVENT` (where more than one probe is on it),
+/// `__bpf_trace_EVENT` and `bpf_trace_run1` to `bpf_trace_run12` (and
+/// `__bpf_trace_run`, where the compiler kept it apart), adjacent ones
+/// merged, at most `max`; and `__traceiter_EVENT`'s address (0 if none).
+pub(crate) fn glue(ksyms: &Kallsyms, event: &str, max: usize) -> (Vec<(u64, u64)>, u64) {
+    let mut names = vec![
+        format!("__traceiter_{event}"),
+        format!("__bpf_trace_{event}"),
+        "__bpf_trace_run".to_string(),
+    ];
+    names.extend((1..=12).map(|n| format!("bpf_trace_run{n}")));
+    let mut ranges: Vec<(u64, u64)> = names
+        .iter()
+        .flat_map(|n| ksyms.function(n))
+        .map(|s| (s.addr, s.end))
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged.truncate(max);
+    let iter = ksyms
+        .named(&format!("__traceiter_{event}"))
+        .next()
+        .map_or(0, |s| s.addr);
+    (merged, iter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+ffffffff81000000 T _stext
+ffffffff81100000 T bpf_trace_run1
+ffffffff81100100 T bpf_trace_run2
+ffffffff81100200 T bpf_trace_run3
+ffffffff81100300 T bpf_trace_run4
+ffffffff81100400 T some_other
+ffffffff81200000 T __traceiter_mm_page_alloc
+ffffffff81200040 T __traceiter_mm_page_free
+ffffffff81300000 t __bpf_trace_mm_page_alloc
+ffffffff81300020 t __bpf_trace_mm_page_free
+";
+
+    #[test]
+    fn glue_is_the_event_s_functions_and_bpf_trace_run() {
+        let k = Kallsyms::parse(TEXT);
+        let (g, iter) = glue(&k, "mm_page_alloc", 8);
+        assert_eq!(iter, 0xffffffff81200000);
+        assert_eq!(
+            g,
+            vec![
+                (0xffffffff81100000, 0xffffffff81100400),
+                (0xffffffff81200000, 0xffffffff81200040),
+                (0xffffffff81300000, 0xffffffff81300020),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_event_names_close_ones() {
+        let k = Kallsyms::parse(TEXT);
+        if EVENTS.iter().any(|p| Path::new(p).is_dir()) {
+            return;
+        }
+        assert!(check(&k, "kmem", "mm_page_alloc").is_ok());
+        let e = check(&k, "kmem", "mm_page_aloc").unwrap_err().to_string();
+        assert!(e.contains("no tracepoint kmem:mm_page_aloc"), "{e}");
+        assert!(e.contains("did you mean: mm_page_alloc"), "{e}");
+    }
+}

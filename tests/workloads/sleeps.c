@@ -1,0 +1,40 @@
+/*
+ * sleeps -- a process that blocks in nanosleep a known number of times, for
+ * topdown's sched_switch checks.  usage: sleeps N MS [GOFILE]
+ *
+ * Prints "sleeps: ready" and, if GOFILE is given, polls for it without
+ * sleeping (so that a tracer can attach after the process started), then
+ * calls nanosleep N times for MS milliseconds each and prints
+ * "sleeps: n=N".  Each call blocks once: the task leaves the CPU in
+ * do_nanosleep (one sched_switch), unless it is preempted elsewhere too.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	long n, ms, i;
+	struct timespec ts;
+
+	if (argc < 3 || (n = atol(argv[1])) <= 0 || (ms = atol(argv[2])) <= 0) {
+		fprintf(stderr, "usage: sleeps N MS [GOFILE]\n");
+		return 2;
+	}
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = ms % 1000 * 1000000;
+	printf("sleeps: ready\n");
+	fflush(stdout);
+	if (argc > 3)
+		while (access(argv[3], F_OK) != 0)
+			;
+	for (i = 0; i < n; i++)
+		if (nanosleep(&ts, NULL)) {
+			perror("nanosleep");
+			return 1;
+		}
+	printf("sleeps: n=%ld\n", n);
+	return 0;
+}
