@@ -187,25 +187,32 @@ impl Kallsyms {
 
     /// Up to `n` function names close to `name`, closest first.
     pub(crate) fn suggest(&self, name: &str, n: usize) -> Vec<String> {
-        let mut seen = HashSet::new();
-        let mut scored: Vec<(usize, &str)> = self
-            .syms
-            .iter()
-            .map(|s| base_name(&s.name))
-            .filter(|b| seen.insert(*b))
-            .filter_map(|b| {
-                let d = distance(name, b);
-                let close = d <= name.len().max(4) / 3 || (b.contains(name) && name.len() >= 4);
-                close.then_some((d, b))
-            })
-            .collect();
-        scored.sort();
-        scored
-            .into_iter()
-            .take(n)
-            .map(|(_, b)| b.to_string())
-            .collect()
+        closest(name, self.syms.iter().map(|s| base_name(&s.name)), n)
     }
+}
+
+/// Up to `n` of `names` close to `name` (a few edits away, or holding
+/// it), closest first; each name once.
+pub(crate) fn closest<'a>(
+    name: &str,
+    names: impl Iterator<Item = &'a str>,
+    n: usize,
+) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut scored: Vec<(usize, &str)> = names
+        .filter(|b| seen.insert(*b))
+        .filter_map(|b| {
+            let d = distance(name, b);
+            let close = d <= name.len().max(4) / 3 || (b.contains(name) && name.len() >= 4);
+            close.then_some((d, b))
+        })
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(n)
+        .map(|(_, b)| b.to_string())
+        .collect()
 }
 
 /// A hexadecimal address.

@@ -2,36 +2,16 @@
 //! kernel has, and the glue between the code that fires it and the program
 //! (the functions the BPF side skips to find that code's frame).
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::kallsyms::{distance, Kallsyms};
+use crate::kallsyms::{closest, Kallsyms};
 
 /// Where tracefs lists the tracepoints, when it is mounted.
 const EVENTS: [&str; 2] = [
     "/sys/kernel/tracing/events",
     "/sys/kernel/debug/tracing/events",
 ];
-
-/// Up to `n` of `names` close to `name`, closest first.
-fn close<'a>(name: &str, names: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
-    let mut scored: Vec<(usize, &str)> = names
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .filter_map(|b| {
-            let d = distance(name, b);
-            let near = d <= name.len().max(4) / 3 || (b.contains(name) && name.len() >= 4);
-            near.then_some((d, b))
-        })
-        .collect();
-    scored.sort();
-    scored
-        .into_iter()
-        .take(n)
-        .map(|(_, b)| b.to_string())
-        .collect()
-}
 
 fn hint(close: &[String]) -> String {
     if close.is_empty() {
@@ -65,7 +45,7 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
     if let Some(events) = events {
         let cats = subdirs(events).unwrap_or_default();
         if !cats.iter().any(|c| c == category) {
-            let near = close(category, cats.iter().map(String::as_str), 5);
+            let near = closest(category, cats.iter().map(String::as_str), 5);
             return Err(Error::usage(format!(
                 "no tracepoint category '{category}' on this kernel (not in {}){}",
                 events.display(),
@@ -81,7 +61,7 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
             .iter()
             .find(|c| events.join(c).join(event).is_dir())
             .map(|c| format!("; it is {c}:{event}"));
-        let near = close(event, mine.iter().map(String::as_str), 5);
+        let near = closest(event, mine.iter().map(String::as_str), 5);
         return Err(Error::usage(format!(
             "no tracepoint {category}:{event} on this kernel{}",
             elsewhere.unwrap_or_else(|| hint(&near))
@@ -90,7 +70,7 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
     if in_kernel {
         return Ok(());
     }
-    let near = close(event, ksyms.names_after("__traceiter_"), 5);
+    let near = closest(event, ksyms.names_after("__traceiter_"), 5);
     Err(Error::usage(format!(
         "no tracepoint {category}:{event} on this kernel (no __traceiter_{event} in \
          /proc/kallsyms){}",

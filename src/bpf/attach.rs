@@ -89,6 +89,16 @@ pub(crate) fn attach<'obj>(
     }
 }
 
+/// Why fentry and tracepoint programs cannot load here.
+fn no_btf() -> String {
+    format!(
+        "this {} kernel has no BTF ({} is missing; Linux 5.4 and later export it, \
+         built with CONFIG_DEBUG_INFO_BTF)",
+        crate::host::ARCH,
+        crate::host::BTF_PATH
+    )
+}
+
 fn try_fentry<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     config: &LoadConfig,
@@ -97,12 +107,7 @@ fn try_fentry<'obj>(
     host: &Features,
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.btf {
-        return Err(format!(
-            "this {} kernel has no BTF ({} is missing; Linux 5.4 and later export it, \
-             built with CONFIG_DEBUG_INFO_BTF)",
-            crate::host::ARCH,
-            crate::host::BTF_PATH
-        ));
+        return Err(no_btf());
     }
     // libbpf looks FUNC up in BTF when the target is set, so "not in BTF"
     // can come from open as well as from load.
@@ -277,12 +282,7 @@ fn try_tp<'obj>(
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.btf {
         // The programs' CO-RE reads are resolved against the kernel's BTF.
-        return Err(format!(
-            "this {} kernel has no BTF ({} is missing; Linux 5.4 and later export it, \
-             built with CONFIG_DEBUG_INFO_BTF)",
-            crate::host::ARCH,
-            crate::host::BTF_PATH
-        ));
+        return Err(no_btf());
     }
     let open = probe::open(storage, config, event, mode, companion, host).map_err(|e| {
         match e.errno() {
