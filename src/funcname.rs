@@ -144,9 +144,9 @@ fn parse_tracepoint(given: &str, spec: &str) -> Result<(FuncName, Option<Hook>),
             "one category and one event, as in t:kmem:mm_page_alloc".to_string(),
         ));
     }
-    tp_name(category).map_err(|why| bad(format!("its category {why}")))?;
-    tp_name(event).map_err(|why| bad(format!("its event {why}")))?;
-    let name = FuncName::parse(event).map_err(|why| bad(format!("its event {why}")))?;
+    tp_name(category).map_err(|why| bad(format!("its category: {why}")))?;
+    tp_name(event).map_err(|why| bad(format!("its event: {why}")))?;
+    let name = FuncName::parse(event).map_err(|why| bad(format!("its event: {why}")))?;
     Ok((name, Some(Hook::Tracepoint(category.to_string()))))
 }
 
@@ -416,16 +416,16 @@ mod tests {
             ("t:", "name it as t:CATEGORY:EVENT"),
             ("t:kmem", "name it as t:CATEGORY:EVENT"),
             ("tracepoint:kmem", "name it as t:CATEGORY:EVENT"),
-            ("t::mm_page_alloc", "its category it is empty"),
-            ("t:kmem:", "its event it is empty"),
-            ("t:kmem:mm_*", "its event it has a wildcard"),
-            ("t:*:sched_switch", "its category it has a wildcard"),
+            ("t::mm_page_alloc", "its category: it is empty"),
+            ("t:kmem:", "its event: it is empty"),
+            ("t:kmem:mm_*", "its event: it has a wildcard"),
+            ("t:*:sched_switch", "its category: it has a wildcard"),
             ("t:sched:sched_switch:x", "one category and one event"),
-            ("t:../x:y", "its category it has the character '.'"),
-            ("t:a/b:c", "its category it has a '/'"),
-            ("t:kmem:a/../b", "its event it has a '/'"),
-            ("t:kmem:mm page", "its event it has the character ' '"),
-            ("t:kmem:.x", "its event it has the character '.'"),
+            ("t:../x:y", "its category: it has the character '.'"),
+            ("t:a/b:c", "its category: it has a '/'"),
+            ("t:kmem:a/../b", "its event: it has a '/'"),
+            ("t:kmem:mm page", "its event: it has the character ' '"),
+            ("t:kmem:.x", "its event: it has the character '.'"),
             ("u:malloc", "names no file"),
             ("u::malloc", "names no file"),
             ("uprobe:c:", "it is empty"),
