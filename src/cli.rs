@@ -113,6 +113,11 @@ pub struct CaptureArgs {
     /// Capture user-space stacks too.
     #[arg(short = 'U', long)]
     pub user_stacks: bool,
+
+    /// Stacks each reason may take on each CPU before any capture, kept until it is captured, so that a short burst has stacks (refilled at N/4 a second; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub background_stacks: u32,
 }
 
 /// Which calls count: the filters, applied in the kernel (filtered calls

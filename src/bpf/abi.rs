@@ -34,7 +34,7 @@ pub(crate) const SELFTEST_ARGS: usize = types::td_abi::TD_SELFTEST_ARGS.0 as usi
 pub(crate) const NR_STATS: usize = types::td_stat::TD_NR_STATS.0 as usize;
 pub(crate) const SITE_SHIFT: u32 = types::td_abi::TD_SITE_SHIFT.0;
 const SLOT_SHIFT: u32 = types::td_abi::TD_SLOT_SHIFT.0;
-const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
+pub(crate) const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
 pub(crate) const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
 /// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
 pub(crate) const COUNTS_WORDS: usize = NR_SLOTS + NR_STACK_STATS + 1;
@@ -70,6 +70,24 @@ pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
     Some((index, (u64::from(slot) << SLOT_SHIFT) | (ret & !high)))
 }
 
+/// The return address and slot a site cache entry names (the inverse of
+/// site_cache_entry).
+pub(crate) fn site_cache_site(entry: u64) -> (u64, u32) {
+    let high = !0u64 << SITE_SHIFT;
+    ((entry & !high) | high, (entry >> SLOT_SHIFT) as u32)
+}
+
+/// The background sampler's token bucket for --background-stacks `n`, as
+/// the BPF side keeps it (GCRA): one token every `4 s / n` (a quarter of
+/// the bucket a second), `n` in a row. (0, 0): off.
+pub(crate) fn background_bucket(n: u32) -> (u64, u64) {
+    if n == 0 {
+        return (0, 0);
+    }
+    let every = 4_000_000_000 / u64::from(n);
+    (every, every * (u64::from(n) - 1))
+}
+
 /// Everything the BPF programs are given before load.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LoadConfig {
@@ -78,6 +96,9 @@ pub(crate) struct LoadConfig {
     pub(crate) user_stacks: bool,
     pub(crate) stack_frames: u32,
     pub(crate) sample_every: u32,
+    /// --background-stacks: stacks a reason may take on a CPU in a row
+    /// before any capture (0: none; only where `stacks`).
+    pub(crate) background: u32,
     /// The deeper-frame tables where they are known before load
     /// (`Deep::tables`, written into .bss, ready); None: filled in after
     /// attaching (`Maps::set_deep`).
@@ -143,6 +164,10 @@ impl LoadConfig {
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
         dst.stacks = self.stacks.into();
+        (dst.bg_every_ns, dst.bg_burst_ns) = match self.stacks {
+            true => background_bucket(self.background),
+            false => (0, 0),
+        };
         let known = self.deep.as_ref().map_or(0, tables_depth);
         dst.deep_depth = self.deep_depth.min(MAX_RULE_DEPTH).max(known);
         let f = &self.filter;
@@ -233,6 +258,37 @@ mod tests {
         let a = site_cache_entry(0xffffffff81000010, 2).unwrap().0;
         let b = site_cache_entry(0xffffffff81000018, 2).unwrap().0;
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_cache_entry_names_its_site() {
+        let ret = if cfg!(target_arch = "x86_64") {
+            0xffffffff81234567
+        } else {
+            0xffff800080234567
+        };
+        let (_, e) = site_cache_entry(ret, 7).unwrap();
+        assert_eq!(site_cache_site(e), (ret, 7));
+        // Flagged for the background sampler: the address one off.
+        assert_eq!(site_cache_site(e ^ 1), (ret ^ 1, 7));
+    }
+
+    #[test]
+    fn the_background_bucket_is_a_quarter_refilled_a_second() {
+        assert_eq!(background_bucket(0), (0, 0));
+        // 16: a token every 250 ms, 16 in a row (the 16th 3.75 s ahead).
+        assert_eq!(background_bucket(16), (250_000_000, 3_750_000_000));
+        assert_eq!(background_bucket(1), (4_000_000_000, 0));
+        let mut dst = types::td_config::default();
+        let on = |stacks| LoadConfig {
+            background: 16,
+            stacks,
+            ..LoadConfig::default()
+        };
+        on(false).write(&mut dst);
+        assert_eq!((dst.bg_every_ns, dst.bg_burst_ns), (0, 0));
+        on(true).write(&mut dst);
+        assert_eq!(dst.bg_every_ns, 250_000_000);
     }
 
     #[test]

@@ -3,7 +3,8 @@
  * Tier 2, stack capture: the stack gate (whether a call belongs to the
  * stack reason, by its slot or, for a site not resolved yet, by the
  * reason's caller ranges) and the sample it sends to the ring buffer,
- * rate-limited. Included by topdown.bpf.c, after caller.bpf.h.
+ * rate-limited; and the background sampler, which takes the first calls'
+ * stacks of every reason before any capture. Included by topdown.bpf.c, after caller.bpf.h.
  */
 #ifndef TOPDOWN_CAPTURE_H
 #define TOPDOWN_CAPTURE_H
@@ -42,38 +43,26 @@ static __always_inline bool in_stack_ranges(__u64 ret, __u32 want, bool loops)
 }
 
 /*
- * Sends the stack of this call, of stack reason `want`, to user space;
- * `c` is this CPU's counters.
+ * Sends this call's stack, counted under `reason`, to user space;
+ * `background`: from the background sampler. False if the ring buffer is
+ * full.
  */
-static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want)
+static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 background)
 {
-	struct td_budget *b;
 	struct td_sample *e;
 	__u64 id;
 
-	c->stack[TD_STACK_MATCHED]++;
-	if (cfg.sample_every > 1 && c->seen++ % cfg.sample_every) {
-		c->stack[TD_STACK_SAMPLED_OUT]++;
-		return;
-	}
-	b = bpf_map_lookup_elem(&budget, &zero);
-	if (!b || !b->left) {
-		c->stack[TD_STACK_RATE_CAPPED]++;
-		return;
-	}
-	b->left--;
 	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
-	if (!e) {
-		c->stack[TD_STACK_RINGBUF_FULL]++;
-		return;
-	}
+	if (!e)
+		return false;
 	id = bpf_get_current_pid_tgid();
 	e->ts = bpf_ktime_get_ns();
 	e->caller = ret;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	e->cpu = bpf_get_smp_processor_id();
-	e->reason = want;
+	e->reason = reason;
+	e->background = background;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, cfg.stack_bytes, 0);
 	e->ustack_bytes = 0;
@@ -90,21 +79,106 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 	bpf_ringbuf_submit(e, bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > TD_SAMPLES_BYTES / 2 ?
 				      BPF_RB_FORCE_WAKEUP :
 				      BPF_RB_NO_WAKEUP);
+	return true;
+}
+
+/*
+ * Sends the stack of this call, of stack reason `want`, to user space;
+ * `c` is this CPU's counters.
+ */
+static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want)
+{
+	struct td_budget *b;
+
+	c->stack[TD_STACK_MATCHED]++;
+	if (cfg.sample_every > 1 && c->seen++ % cfg.sample_every) {
+		c->stack[TD_STACK_SAMPLED_OUT]++;
+		return;
+	}
+	b = bpf_map_lookup_elem(&budget, &zero);
+	if (!b || !b->left) {
+		c->stack[TD_STACK_RATE_CAPPED]++;
+		return;
+	}
+	b->left--;
+	if (!emit(ctx, ret, want, 0)) {
+		c->stack[TD_STACK_RINGBUF_FULL]++;
+		return;
+	}
 	c->stack[TD_STACK_EMITTED]++;
 }
 
+/*
+ * Whether `ret`'s site is in the cache flagged for the background sampler
+ * (its entry's lowest bit flipped: the common path misses it); the entry
+ * as it is then in *e. No return address is another's plus or minus one
+ * (x86 calls are 2 bytes or more, arm64's are aligned), so a flagged entry
+ * names no other site.
+ */
+static __always_inline bool flagged_site(__u64 ret, __u64 *e)
+{
+	return cached(ret ^ 1, e) && *e;
+}
+
+/* Clears a flag set on `ret`'s site as entry `e`, unless user space changed it. */
+static __always_inline void unflag_site(__u64 ret, __u64 e)
+{
+	__u64 *cell = &site_cache[site_index(ret)];
+
+	if (e && *(volatile __u64 *)cell == e)
+		*(volatile __u64 *)cell = e ^ 1;
+}
+
+/*
+ * The background sampler: takes this call's stack, of slot r (TD_SLOT_NONE:
+ * a site not resolved yet) while r's bucket on this CPU has a token, so
+ * the first calls of a burst have stacks however soon it ends. A call from
+ * a site flagged as `flag` (0: none) clears the flag once the bucket is
+ * empty: until user space flags it again on its next tick, the site's
+ * calls take the common path. A token bucket as a theoretical arrival
+ * time (GCRA): one word a bucket, one clock read a sample.
+ */
+static __always_inline void background(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
+				       __u64 flag)
+{
+	struct td_buckets *b = bpf_map_lookup_elem(&buckets, &zero);
+	__u32 i = TD_NR_SLOTS;
+	__u64 now, tat;
+
+	if (!b)
+		return;
+	if (r != TD_SLOT_NONE)
+		i = r & (TD_NR_SLOTS - 1);
+	now = bpf_ktime_get_ns();
+	tat = b->tat[i];
+	if (tat < now)
+		tat = now;
+	if (tat - now > cfg.bg_burst_ns) {
+		unflag_site(ret, flag);
+		return;
+	}
+	tat += cfg.bg_every_ns;
+	b->tat[i] = tat;
+	if (emit(ctx, ret, r, 1))
+		c->stack[TD_STACK_BG_SENT]++;
+	else
+		c->stack[TD_STACK_BG_LOST]++;
+	if (tat - now > cfg.bg_burst_ns)
+		unflag_site(ret, flag);
+}
 
 /*
  * The stack gate, capture on: whether this call, of slot r (TD_SLOT_NONE:
  * pending), belongs to stack reason `want`, and then its stack; `c` is
- * this CPU's counters.
+ * this CPU's counters. True if it does.
  */
-static __always_inline void stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
+static __always_inline bool stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
 				       __u32 want, bool loops)
 {
 	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want, loops)))
-		return;
+		return false;
 	sample(ctx, c, ret, want);
+	return true;
 }
 
 #endif

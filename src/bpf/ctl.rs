@@ -10,7 +10,7 @@
 //! ahead of it.
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -170,6 +170,20 @@ pub(crate) struct Control {
     /// A pinned instance's shared state as this reader set it, under a
     /// lease (None for an object this process loaded: it dies with it).
     lease: Option<Mutex<Steer>>,
+    /// The site cache's entries as they are unflagged (see flag_sites):
+    /// 0 where none is known, NO_ENTRY where the cell holds no site.
+    shadow: Mutex<Vec<u64>>,
+    /// Whether this reader flagged the cache (and so clears it when done).
+    flagged: AtomicBool,
+}
+
+/// A shadow cell whose entry could not be told apart: never flagged.
+const NO_ENTRY: u64 = u64::MAX;
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.unflag_sites();
+    }
 }
 
 impl Control {
@@ -180,7 +194,66 @@ impl Control {
             data: Section::map(data, ".data")?,
             bss: Section::map(bss, ".bss")?,
             lease: leased.then(|| Mutex::new(Steer::none())),
+            shadow: Mutex::new(vec![0; abi::SITE_CACHE]),
+            flagged: AtomicBool::new(false),
         })
+    }
+
+    fn site_cell(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: the .bss mapping is alive as long as self; callers keep
+        // i below SITE_CACHE, the array's length.
+        unsafe { u64_at(std::ptr::addr_of_mut!((*self.bss.ptr).site_cache[i])) }
+    }
+
+    fn shadow(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.shadow.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Flags every site in the cache for the background sampler: its
+    /// entry's lowest bit flipped, so the common path misses it and its
+    /// next call samples, on each CPU while that reason's bucket lasts
+    /// (the BPF side clears the flag once the bucket is empty). Once a
+    /// tick: each reason's first calls a tick are looked at, not more.
+    /// Entries another process cached are told from flagged ones by the
+    /// site table (`slot_of`: the slot it gives a return address).
+    pub(crate) fn flag_sites(&self, mut slot_of: impl FnMut(u64) -> Option<u32>) {
+        let mut shadow = self.shadow();
+        for (i, known) in shadow.iter_mut().enumerate() {
+            let cell = self.site_cell(i);
+            let now = cell.load(SeqCst);
+            if now == 0 {
+                continue;
+            }
+            if *known == 0 {
+                *known = [now, now ^ 1]
+                    .into_iter()
+                    .find(|&e| {
+                        let (ret, slot) = abi::site_cache_site(e);
+                        abi::site_cache_entry(ret, slot) == Some((i, e))
+                            && slot_of(ret) == Some(slot)
+                    })
+                    .unwrap_or(NO_ENTRY);
+            }
+            if *known != NO_ENTRY {
+                cell.store(*known ^ 1, SeqCst);
+            }
+        }
+        self.flagged.store(true, SeqCst);
+    }
+
+    /// Clears the flags this reader set: no call takes the slow path for
+    /// them once it is gone.
+    pub(crate) fn unflag_sites(&self) {
+        if !self.flagged.swap(false, SeqCst) {
+            return;
+        }
+        for (i, &known) in self.shadow().iter().enumerate() {
+            if known != 0 && known != NO_ENTRY {
+                let _ = self
+                    .site_cell(i)
+                    .compare_exchange(known ^ 1, known, SeqCst, SeqCst);
+            }
+        }
     }
 
     /// Fills in the deeper-frame rules and marks them ready: the BPF side
@@ -204,11 +277,14 @@ impl Control {
         let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
             return;
         };
-        // SAFETY: the .bss mapping is alive as long as self; i is in range
-        // (site_cache_entry's hash is SITE_CACHE_BITS wide).
-        let cell = unsafe { u64_at(std::ptr::addr_of_mut!((*self.bss.ptr).site_cache[i])) };
+        // i is in range: site_cache_entry's hash is SITE_CACHE_BITS wide.
+        let cell = self.site_cell(i);
         if cell.load(SeqCst) == 0 {
             cell.store(entry, SeqCst);
+        }
+        // Known now, flagged or not (see flag_sites).
+        if cell.load(SeqCst) | 1 == entry | 1 {
+            self.shadow()[i] = entry;
         }
     }
 

@@ -130,7 +130,7 @@ static long print_reason(__u32 slot, struct td_walk *w)
 static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 {
 	struct td_walk w = { .seq = ctx->meta->seq, .prom = prom };
-	__u64 not_found, full, unresolved, sampled_out, capped, ringbuf_full;
+	__u64 not_found, full, unresolved, sampled_out, capped, ringbuf_full, bg_lost;
 	void *value = ctx->value;
 
 	/* The map's one element; then a last call with none, to end. */
@@ -154,6 +154,7 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 	sampled_out = stack_sum(w.values, TD_STACK_SAMPLED_OUT);
 	capped = stack_sum(w.values, TD_STACK_RATE_CAPPED);
 	ringbuf_full = stack_sum(w.values, TD_STACK_RINGBUF_FULL);
+	bg_lost = stack_sum(w.values, TD_STACK_BG_LOST);
 	if (prom) {
 		BPF_SEQ_PRINTF(w.seq, "# HELP topdown_drops_total Calls not counted under their "
 			       "reason, and stacks not captured, by cause.\n");
@@ -172,6 +173,9 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 		BPF_SEQ_PRINTF(w.seq,
 			       "topdown_drops_total{function=\"%s\",cause=\"stacks_ringbuf_full\"} %llu\n",
 			       func_name, ringbuf_full);
+		BPF_SEQ_PRINTF(w.seq,
+			       "topdown_drops_total{function=\"%s\",cause=\"stacks_background_lost\"} %llu\n",
+			       func_name, bg_lost);
 		if (unresolved)
 			BPF_SEQ_PRINTF(w.seq, "# %llu calls from call sites not resolved yet: "
 				       "topdown show %s resolves them\n", unresolved, func_name);
@@ -181,6 +185,7 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 		BPF_SEQ_PRINTF(w.seq, "stacks_sampled_out: %llu\n", sampled_out);
 		BPF_SEQ_PRINTF(w.seq, "stacks_rate_capped: %llu\n", capped);
 		BPF_SEQ_PRINTF(w.seq, "stacks_ringbuf_full: %llu\n", ringbuf_full);
+		BPF_SEQ_PRINTF(w.seq, "stacks_background_lost: %llu\n", bg_lost);
 		if (unresolved)
 			BPF_SEQ_PRINTF(w.seq, "unresolved: %llu (call sites not resolved yet: "
 				       "topdown show %s resolves them)\n", unresolved, func_name);

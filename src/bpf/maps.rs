@@ -348,6 +348,12 @@ impl Maps {
         Ok(slot)
     }
 
+    /// Flags the cached sites for the background sampler (see
+    /// `Control::flag_sites`); once a tick.
+    pub(crate) fn flag_sites(&self) {
+        self.ctl.flag_sites(|ret| self.site(ret).ok().flatten());
+    }
+
     /// Whether the object counts a uprobe's calls, by (tgid, return address).
     pub(crate) fn has_user_sites(&self) -> bool {
         self.user.is_some()

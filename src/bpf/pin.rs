@@ -56,6 +56,9 @@ pub(crate) struct Meta {
     pub(crate) user_stacks: bool,
     pub(crate) depth: u32,
     pub(crate) sample: u32,
+    /// --background-stacks (missing from older pins: none).
+    #[serde(default)]
+    pub(crate) background: u32,
     /// The filter fixed at pin time, in words (`of CPU 0, in cgroup /x or
     /// below`); None: every call counts.
     #[serde(default)]
@@ -572,6 +575,7 @@ mod tests {
             knobs: vec!["/proc/sys/vm/swappiness".into()],
             cgroup: None,
             sample: 1,
+            background: 16,
             kernel: "6.12.0".into(),
             boot_id: "b".into(),
             pinned_at: 1.5,

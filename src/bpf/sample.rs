@@ -12,6 +12,8 @@ pub(crate) struct Sample {
     /// CLOCK_MONOTONIC nanoseconds of the call.
     pub(crate) ts: u64,
     pub(crate) reason: u32,
+    /// Taken by the background sampler, not by a capture.
+    pub(crate) background: bool,
     /// The thread group (process) and thread that made the call, the CPU
     /// it ran on, and the thread's command name.
     pub(crate) pid: u32,
@@ -49,6 +51,7 @@ impl Sample {
         Some(Sample {
             ts: raw.ts,
             reason: raw.reason,
+            background: raw.background != 0,
             pid: raw.pid,
             tid: raw.tid,
             cpu: raw.cpu,
@@ -72,6 +75,7 @@ mod tests {
             cpu: 1,
             reason: 5,
             caller: 7,
+            background: 1,
             kstack_bytes: 3 * 8,
             ustack_bytes: -14,
             ..Default::default()
@@ -85,7 +89,7 @@ mod tests {
         // SAFETY: reading a repr(C) value's bytes.
         let bytes = unsafe { plain::as_bytes(&raw) };
         let s = Sample::decode(bytes).unwrap();
-        assert_eq!((s.pid, s.reason, s.caller), (42, 5, 7));
+        assert_eq!((s.pid, s.reason, s.caller, s.background), (42, 5, 7, true));
         assert_eq!((s.tid, s.cpu, s.comm.as_str()), (43, 1, "thp"));
         assert_eq!(s.kstack, vec![1, 2]);
         assert!(s.ustack.is_empty());

@@ -121,7 +121,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 					    enum td_path path, bool loops)
 {
 	bool verify_all = verifies_all(path);
-	__u64 quick, ret;
+	__u64 quick, ret, flag = 0;
 	__u32 r, want;
 	bool hit;
 
@@ -149,6 +149,11 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		ret = tp_caller(ctx, quick);
 		r = cached_reason(ret);
 	}
+	/* A site flagged for the background sampler: counted as cached. */
+	if (r == TD_SLOT_NONE && cfg.stacks && cfg.bg_every_ns && flagged_site(ret, &flag)) {
+		r = flag >> TD_SLOT_SHIFT;
+		hit = true;
+	}
 	if (!hit)
 		stat_inc(TD_STAT_UNCACHED);
 	if (verify_all) {
@@ -169,8 +174,15 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		return;
 	/* Read once: user space may move capture meanwhile. */
 	want = *(volatile __u32 *)&ctl.reason;
-	if (want != TD_SLOT_NONE)
-		stack_gate(ctx, c, ret, r, want, loops);
+	if (want != TD_SLOT_NONE && stack_gate(ctx, c, ret, r, want, loops))
+		return;
+	/*
+	 * Not the stack reason's: the background sampler's if the site is
+	 * flagged or not in the cache, not for a watched call of a cached
+	 * site (the bucket is empty, or its flag would be set).
+	 */
+	if (cfg.bg_every_ns && (flag || !hit))
+		background(ctx, c, ret, r, flag);
 }
 
 /* count_slow_body, without bpf_loop and with it (see verify). */

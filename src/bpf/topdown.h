@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 4,
+	TD_LAYOUT_VERSION = 5,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -120,6 +120,12 @@ enum td_stack_stat {
 	TD_STACK_RATE_CAPPED,	/* over the budget */
 	TD_STACK_RINGBUF_FULL,
 	TD_STACK_EMITTED,
+	/*
+	 * The background sampler's (see td_config.bg_every_ns): stacks sent,
+	 * and lost to a full ring buffer.
+	 */
+	TD_STACK_BG_SENT,
+	TD_STACK_BG_LOST,
 	TD_NR_STACK_STATS,
 };
 
@@ -215,6 +221,28 @@ struct td_config {
 	__u32 pad2;
 	__u64 glue_lo[TD_MAX_GLUE];
 	__u64 glue_hi[TD_MAX_GLUE];
+	/*
+	 * The background sampler (0: off): each reason's calls take stacks, on
+	 * each CPU, at most one every bg_every_ns on average and bg_burst_ns /
+	 * bg_every_ns + 1 in a row after a quiet spell (a token bucket, kept
+	 * as its theoretical arrival time: td_buckets). So a burst's first
+	 * calls have stacks before user space has seen the burst. It costs the
+	 * common path nothing: user space flags the site cache's entries once
+	 * a tick (their lowest bit flipped, so the common path misses them),
+	 * and a flagged site's call takes the slow path, samples while the
+	 * bucket lasts, and then clears the flag.
+	 */
+	__u64 bg_every_ns;
+	__u64 bg_burst_ns;
+};
+
+/*
+ * The background sampler's buckets on one CPU: one a reason slot, and one
+ * (TD_NR_SLOTS) for calls from sites not resolved yet, whose reason user
+ * space learns later.
+ */
+struct td_buckets {
+	__u64 tat[TD_NR_SLOTS + 1];
 };
 
 /*
@@ -322,6 +350,8 @@ struct td_sample {
 	__s32 kstack_bytes;
 	__s32 ustack_bytes;
 	char comm[16];
+	__u32 background;	/* from the background sampler, not a capture */
+	__u32 pad;
 	__u64 kstack[TD_MAX_FRAMES];
 	__u64 ustack[TD_MAX_FRAMES];
 };

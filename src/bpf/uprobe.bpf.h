@@ -87,17 +87,18 @@ int BPF_KPROBE(td_uprobe)
 	if (!cfg.stacks)
 		return 0;
 	want = *(volatile __u32 *)&ctl.reason;
-	if (want == TD_SLOT_NONE)
-		return 0;
-	if (r == want)
+	if (want != TD_SLOT_NONE && r == want)
 		sample(ctx, c, k.ret, want);
-	else if (r == TD_SLOT_NONE)
+	else if (want != TD_SLOT_NONE && r == TD_SLOT_NONE)
 		/*
 		 * A site not resolved yet (a burst of calls can be over before
 		 * user space sees it): sent untagged, and kept by user space
 		 * if the caller it symbolizes is the stack reason's.
 		 */
 		sample(ctx, c, k.ret, TD_SLOT_NONE);
+	else if (cfg.bg_every_ns)
+		/* The trap costs microseconds: every call may take a token. */
+		background(ctx, c, k.ret, r, 0);
 	return 0;
 }
 

@@ -77,6 +77,7 @@ fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
         user_stacks: p.load.user_stacks,
         depth: p.load.depth,
         sample: p.load.sample,
+        background: p.load.background,
         filter: p.filter.describe(),
         knobs: knobs_of(&p.target),
         cgroup: p.filter.cgroup.as_ref().map(|c| c.path.clone()),

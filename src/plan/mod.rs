@@ -68,6 +68,9 @@ pub struct Load {
     pub(crate) user_stacks: bool,
     pub(crate) depth: u32,
     pub(crate) sample: u32,
+    /// --background-stacks: stacks a reason may take on a CPU in a row
+    /// before any capture (0: none).
+    pub(crate) background: u32,
 }
 
 /// Tier 1 to pin.
@@ -273,6 +276,10 @@ fn idle_trace(t: &TraceArgs, d: &TraceArgs) -> Vec<String> {
             (c.sample != d.capture.sample, "--sample"),
             (c.depth != d.capture.depth, "--depth"),
             (c.user_stacks, "--user-stacks"),
+            (
+                c.background_stacks != d.capture.background_stacks,
+                "--background-stacks",
+            ),
         ];
         for (_, o) in given.iter().filter(|(given, _)| *given) {
             idle.push(format!(
@@ -522,6 +529,7 @@ fn load(mode: &ModeArgs, c: &CaptureArgs, companion: Option<Companion>) -> Resul
         user_stacks: c.user_stacks,
         depth: c.depth,
         sample: c.sample,
+        background: c.background_stacks,
     })
 }
 
@@ -539,6 +547,7 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
         (t.capture.user_stacks, "--user-stacks"),
         (t.capture.depth != 64, "--depth"),
         (t.capture.sample != 1, "--sample"),
+        (t.capture.background_stacks != 16, "--background-stacks"),
         (t.verify_caller, "--verify-caller"),
         (t.companion.is_some(), "--companion"),
         (!t.filter.pids.is_empty(), "--pid"),

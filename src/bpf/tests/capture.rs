@@ -220,3 +220,114 @@ fn captured_by_ranges(loop_helper: bool) {
         "bpf_loop: {loop_helper}"
     );
 }
+
+/// The samples in `p`'s ring buffer now, as (reason, background).
+fn ring_now(p: &Probe<'_>) -> Vec<(u32, bool)> {
+    let out = RefCell::new(Vec::new());
+    let map = p.maps().samples().unwrap();
+    let mut rb = RingBufferBuilder::new();
+    rb.add(&map, |data: &[u8]| {
+        let mut s = td_sample::default();
+        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        out.borrow_mut().push((s.reason, s.background != 0));
+        0
+    })
+    .unwrap();
+    rb.build().unwrap().consume().unwrap();
+    out.into_inner()
+}
+
+/// How many of `got` are background samples of `reason`.
+fn background_of(got: &[(u32, bool)], reason: u32) -> usize {
+    got.iter().filter(|&&s| s == (reason, true)).count()
+}
+
+/// The background sampler, on one CPU: a flagged site's calls take the
+/// reason's bucket (16 in a row with --background-stacks 16) and then
+/// clear the flag, so the rest take the common path; each reason has its
+/// own bucket, calls from sites not resolved yet one of their own; a
+/// reason being captured is the capture's, not the sampler's; and every
+/// call is counted once, in its slot, whichever path it took.
+#[test]
+fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    const A: u32 = 2;
+    const B: u32 = 3;
+    let (site_a, site_b) = (0xffffffff81000010, 0xffffffff81001018);
+    let pending = 0xffffffff81002010;
+    let mut storage = MaybeUninit::uninit();
+    let config = LoadConfig {
+        background: 16,
+        ..capture_config()
+    };
+    let p = selftest::load(&mut storage, &config);
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().add_site(site_b, B).unwrap();
+    p.maps().flag_sites();
+    for _ in 0..40 {
+        p.test_count_on(site_a, 0);
+    }
+    let got = ring_now(&p);
+    assert_eq!(background_of(&got, A), 16, "{got:?}");
+    assert_eq!(got.len(), 16);
+    // The flag was cleared with the bucket empty: the other 24 calls took
+    // the common path, and none counts as uncached.
+    let st = p.maps().stats().unwrap();
+    assert_eq!(st.get(Stat::TD_STAT_UNCACHED), 0);
+    assert_eq!(st.stack(StackStat::TD_STACK_BG_SENT), 16);
+    // B's bucket is its own; pending calls have theirs.
+    for _ in 0..20 {
+        p.test_count_on(site_b, 0);
+        p.test_count_on(pending, 0);
+    }
+    let got = ring_now(&p);
+    assert_eq!(background_of(&got, B), 16, "{got:?}");
+    assert_eq!(background_of(&got, SLOT_NONE), 16, "{got:?}");
+    assert_eq!(got.len(), 32);
+    // Flagged again within the refill time (a token every 250 ms): A's
+    // bucket holds at most one more.
+    p.maps().flag_sites();
+    for _ in 0..10 {
+        p.test_count_on(site_a, 0);
+    }
+    assert!(background_of(&ring_now(&p), A) <= 1);
+    // Capture on A: A's calls are the capture's, B's still the sampler's
+    // (its bucket is empty by now: the flag is cleared, nothing sent).
+    p.maps().refill(u64::MAX).unwrap();
+    p.maps().capture(A, &[]).unwrap();
+    p.maps().flag_sites();
+    for _ in 0..5 {
+        p.test_count_on(site_a, 0);
+        p.test_count_on(site_b, 0);
+    }
+    let got = ring_now(&p);
+    assert_eq!(
+        got.iter().filter(|&&s| s == (A, false)).count(),
+        5,
+        "{got:?}"
+    );
+    assert!(background_of(&got, B) <= 1, "{got:?}");
+    let counts = p.maps().counts().unwrap();
+    assert_eq!((counts[A as usize], counts[B as usize]), (55, 25));
+    assert_eq!(p.maps().pending().unwrap(), vec![(pending, 20)]);
+}
+
+/// --background-stacks 0 leaves the sampler out: a flagged site is
+/// nothing to the program, which misses it in the cache and finds it in
+/// the site table.
+#[test]
+fn no_background_stacks_without_the_sampler() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let site = 0xffffffff81000010;
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, &capture_config());
+    p.maps().add_site(site, 2).unwrap();
+    p.maps().flag_sites();
+    p.test_count(site, 10);
+    assert!(ring_now(&p).is_empty());
+    assert_eq!(p.maps().counts().unwrap()[2], 10);
+}
