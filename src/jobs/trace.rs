@@ -71,6 +71,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         symbols: Symbols::new(k.vmlinux, t.session.verbose),
         info,
         filter: t.filter.clone(),
+        background: t.load.background > 0,
     };
     run(started.probe, ctx, &t, &stop)
 }
@@ -129,6 +130,7 @@ fn trace_user(t: Trace) -> Result<Status> {
         symbols: Symbols::new(None, t.session.verbose),
         info,
         filter: t.filter.clone(),
+        background: t.load.background > 0,
     };
     run(probe, ctx, &t, &stop)
 }
@@ -189,6 +191,8 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         symbols: Symbols::new(meta.vmlinux.clone(), t.session.verbose),
         info,
         filter: Filter::default(),
+        // Fixed when it was pinned.
+        background: meta.background > 0,
     };
     run(inst.probe, ctx, &t, &stop)
 }

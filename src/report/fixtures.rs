@@ -45,6 +45,7 @@ pub(crate) fn stacks_of(reason: &str, stacks: &[(&[&str], u64)]) -> ReasonStacks
     ReasonStacks {
         reason: reason.into(),
         captured,
+        background: 0,
         stacks: stacks
             .iter()
             .map(|(k, n)| StackCount {
@@ -104,6 +105,7 @@ pub(crate) fn sample_summary() -> Summary {
         ],
         stacks_matched: 10,
         stacks_sent: 4,
+        stacks_background: 0,
         verify: None,
         uncached: 0,
         cost: Cost::default(),

@@ -47,6 +47,7 @@ mod tests {
         let set = ReasonStacks {
             reason: "ZAP".into(),
             captured: 2,
+            background: 0,
             stacks: vec![StackCount {
                 stack: Stack {
                     kernel: vec!["caller+0x1".into(), "root fn+0x2".into()],

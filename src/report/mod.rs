@@ -135,14 +135,22 @@ pub(crate) struct StackCount {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ReasonStacks {
     pub(crate) reason: String,
-    /// Stacks captured in all (the sum of the counts).
+    /// Stacks captured while capture was on the reason.
     pub(crate) captured: u64,
+    /// Stacks the background sampler took before the reason qualified.
+    /// The counts below sum to both.
+    pub(crate) background: u64,
     pub(crate) stacks: Vec<StackCount>,
     /// The processes its stacks were captured in, most first.
     pub(crate) processes: Vec<ProcessCount>,
 }
 
 impl ReasonStacks {
+    /// Every stack shown: captured, and the background sampler's.
+    pub(crate) fn total(&self) -> u64 {
+        self.captured + self.background
+    }
+
     pub(crate) fn top(&self, n: usize) -> &[StackCount] {
         &self.stacks[..n.min(self.stacks.len())]
     }
@@ -187,6 +195,9 @@ pub(crate) struct Drops {
     pub(crate) stacks_sampled_out: u64,
     pub(crate) stacks_rate_capped: u64,
     pub(crate) stacks_ringbuf_full: u64,
+    /// The background sampler's stacks lost: to a full ring buffer, or
+    /// from a call site never resolved while they could be shown.
+    pub(crate) stacks_background_lost: u64,
     /// Calls made by topdown itself (symbolizing reads files), not counted.
     pub(crate) own_calls: u64,
 }
@@ -202,7 +213,7 @@ impl Drops {
     }
 
     /// Every field with its name, in report order.
-    pub(crate) fn fields(&self) -> [(&'static str, u64); 8] {
+    pub(crate) fn fields(&self) -> [(&'static str, u64); 9] {
         [
             ("caller_not_found", self.caller_not_found),
             ("sites_full", self.sites_full),
@@ -211,6 +222,7 @@ impl Drops {
             ("stacks_sampled_out", self.stacks_sampled_out),
             ("stacks_rate_capped", self.stacks_rate_capped),
             ("stacks_ringbuf_full", self.stacks_ringbuf_full),
+            ("stacks_background_lost", self.stacks_background_lost),
             ("own_calls", self.own_calls),
         ]
     }
@@ -303,6 +315,8 @@ pub(crate) struct Summary {
     /// samples it sent, over the run.
     pub(crate) stacks_matched: u64,
     pub(crate) stacks_sent: u64,
+    /// Stacks the background sampler sent (shown or not).
+    pub(crate) stacks_background: u64,
     pub(crate) verify: Option<Verify>,
     /// Calls the site cache did not serve (new sites, deeper-frame rules,
     /// callers not found, fentry frames the quick read misses): the ones
@@ -552,6 +566,9 @@ pub(crate) struct SavedStack {
 pub(crate) struct SavedStacks {
     pub(crate) reason: String,
     pub(crate) captured: u64,
+    /// The background sampler's (missing from older files: none).
+    #[serde(default)]
+    pub(crate) background: u64,
     pub(crate) stacks: Vec<SavedStack>,
 }
 

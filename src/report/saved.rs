@@ -80,6 +80,7 @@ impl Saved {
                 .map(|st| SavedStacks {
                     reason: st.reason.clone(),
                     captured: st.captured,
+                    background: st.background,
                     stacks: st
                         .top(top)
                         .iter()
@@ -384,6 +385,7 @@ pub(crate) mod tests {
             stacks: vec![SavedStacks {
                 reason: "ZAP".into(),
                 captured: 3,
+                background: 0,
                 stacks: vec![SavedStack {
                     count: 3,
                     frames: vec!["folio_remove_rmap_ptes+0xbb".into()],

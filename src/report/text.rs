@@ -68,7 +68,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize, fit: Fit) -> String {
         _ if !d.rows.is_empty() => table(&mut s, d, "COUNT", fit),
         _ => {}
     }
-    if let Some(st) = iv.stacks.as_ref().filter(|st| st.captured > 0) {
+    if let Some(st) = iv.stacks.as_ref().filter(|st| st.total() > 0) {
         s.push_str(&stacks(st, top));
     }
     s
@@ -113,7 +113,7 @@ fn top_processes(st: &ReasonStacks, top: usize) -> String {
         .top_processes(top)
         .iter()
         .map(|p| {
-            let share = 100.0 * p.count as f64 / st.captured.max(1) as f64;
+            let share = 100.0 * p.count as f64 / st.total().max(1) as f64;
             format!("{} {} ({share:.1}%)", p.process, p.count)
         })
         .collect();
@@ -133,12 +133,17 @@ fn top_processes(st: &ReasonStacks, top: usize) -> String {
 /// A reason's top stacks as an indented list, caller first, each with its
 /// count and share of the stacks captured.
 pub(crate) fn stacks(st: &ReasonStacks, top: usize) -> String {
+    // The background sampler's, taken before the reason qualified.
+    let early = match st.background {
+        0 => String::new(),
+        n => format!(", {n} more from before the trigger"),
+    };
     let mut s = format!(
-        "  top stacks of {} ({} captured):\n",
+        "  top stacks of {} ({} captured{early}):\n",
         st.reason, st.captured
     );
     for sc in st.top(top) {
-        let share = 100.0 * sc.count as f64 / st.captured.max(1) as f64;
+        let share = 100.0 * sc.count as f64 / st.total().max(1) as f64;
         let _ = writeln!(
             s,
             "    {} ({share:.1}%)  {}",
@@ -182,7 +187,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         s.push_str(&captures(sum));
     }
     for st in &sum.stacks {
-        if st.captured > 0 {
+        if st.total() > 0 {
             s.push_str(&top_processes(st, top));
         }
         s.push_str(&stacks(st, top));
@@ -448,6 +453,12 @@ mod tests {
             "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
         ));
         assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
+        // Stacks from the background sampler are said to be.
+        let st = iv.stacks.as_mut().unwrap();
+        (st.captured, st.background) = (1, 2);
+        assert!(interval(&iv, 1, Fit::ALL).contains(
+            "  top stacks of ZAP (1 captured, 2 more from before the trigger):\n    2 (66.7%)"
+        ));
     }
 
     #[test]

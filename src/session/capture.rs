@@ -111,6 +111,8 @@ struct PerStack {
 pub(crate) struct Tally {
     interval: HashMap<Stack, PerStack>,
     run: HashMap<Stack, PerStack>,
+    /// Of those, the background sampler's: this interval's, the run's.
+    pub(crate) background: (u64, u64),
 }
 
 /// Stacks by count, most frequent first (ties in stack order), their
@@ -135,7 +137,12 @@ fn ranked(map: &HashMap<Stack, PerStack>) -> (u64, Vec<StackCount>, Vec<ProcessC
 }
 
 impl Tally {
-    pub(crate) fn add(&mut self, stack: Stack, process: Process) {
+    /// A stack; `background`: the background sampler's.
+    pub(crate) fn add(&mut self, stack: Stack, process: Process, background: bool) {
+        if background {
+            self.background.0 += 1;
+            self.background.1 += 1;
+        }
         for map in [&mut self.interval, &mut self.run] {
             let per = map.entry(stack.clone()).or_default();
             per.count += 1;
@@ -148,6 +155,7 @@ impl Tally {
     pub(crate) fn end_interval(&mut self) -> (u64, Vec<StackCount>, Vec<ProcessCount>) {
         let out = ranked(&self.interval);
         self.interval.clear();
+        self.background.0 = 0;
         out
     }
 
@@ -206,15 +214,17 @@ mod tests {
         let mut t = Tally::default();
         let a = stack(&["zap_pte_range+0x1", "unmap_page_range+0x2"]);
         let b = stack(&["do_huge_pmd_anonymous_page+0x3"]);
-        t.add(a.clone(), proc("thp", 7));
-        t.add(a.clone(), proc("thp", 7));
-        t.add(b.clone(), proc("thp", 7));
+        t.add(a.clone(), proc("thp", 7), false);
+        t.add(a.clone(), proc("thp", 7), false);
+        t.add(b.clone(), proc("thp", 7), true);
+        assert_eq!(t.background, (1, 1));
         let (n, rows, procs) = t.end_interval();
         assert_eq!(n, 3);
+        assert_eq!(t.background, (0, 1));
         assert_eq!((rows[0].count, &rows[0].stack), (2, &a));
         assert_eq!(rows[1].count, 1);
         assert_eq!((procs.len(), procs[0].count), (1, 3));
-        t.add(b.clone(), proc("cc1", 9));
+        t.add(b.clone(), proc("cc1", 9), false);
         let (n, rows, _) = t.end_interval();
         assert_eq!((n, rows.len(), rows[0].count), (1, 1, 1));
         let (n, rows, procs) = t.run();
@@ -237,7 +247,7 @@ mod tests {
             (&b, proc("thp", 7)),
             (&b, proc("kworker/0:1", 12)),
         ] {
-            t.add(s.clone(), p);
+            t.add(s.clone(), p, false);
         }
         let (_, rows, procs) = t.run();
         let text = |v: &[ProcessCount]| {

@@ -4,6 +4,7 @@
 //! in `state`, as plain functions over the polled counts; `run` does the
 //! waiting, the reading and the writing, `stacks` the stack samples.
 
+mod background;
 mod capture;
 mod poll;
 #[cfg(test)]

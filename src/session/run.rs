@@ -21,6 +21,7 @@ use crate::report::printer::Printer;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
 use crate::symbolize::Symbols;
 
+use super::background::{Kept, KEEP_NS};
 use super::capture::Capture;
 use super::poll::Poller;
 use super::stacks::Stacks;
@@ -62,6 +63,9 @@ pub(crate) struct Context<'a> {
     /// Which calls count: the --pid filter's processes are watched, and
     /// taken out of it when they exit.
     pub(crate) filter: Filter,
+    /// The program has the background sampler (--background-stacks): the
+    /// site cache is flagged for it every tick.
+    pub(crate) background: bool,
 }
 
 /// How a run ended: its summary, and the error that ended it early, if
@@ -101,6 +105,8 @@ pub(super) struct Run<'a, 'obj> {
     next_refill: Instant,
     /// Whether a busy uprobe was warned about (once a run).
     busy_warned: bool,
+    /// See Context::background.
+    background: bool,
 }
 
 /// Calls a second of a user-space function, with no --pid, at which the
@@ -137,6 +143,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             symbols,
             info,
             filter,
+            background,
         } = ctx;
         let mut poller = Poller::default();
         // What the counters held at the start: a pinned instance has
@@ -164,6 +171,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             symbols,
             func_addr,
             user_target: probe.mode() == Mode::Uprobe,
+            kept: Kept::default(),
         };
         let start = Instant::now();
         let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
@@ -198,6 +206,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             next_tick: start + TICK,
             next_refill: start + REFILL,
             busy_warned: false,
+            background,
         })
     }
 
@@ -293,12 +302,27 @@ impl<'a, 'obj> Run<'a, 'obj> {
     /// decides.
     fn tick(&mut self, now: Instant, cur: &[u64]) -> Result<()> {
         let secs = (now - self.start).as_secs_f64();
-        if let Some(d) = self
+        let ns = mono_ns();
+        let decision = self
             .state
             .auto()
-            .then(|| self.state.tick(secs, mono_ns(), cur))
-            .flatten()
-        {
+            .then(|| self.state.tick(secs, ns, cur))
+            .flatten();
+        if self.background {
+            let maps = self.probe.maps();
+            maps.flag_sites();
+            self.stacks
+                .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
+            // A reason that bursts shows its background stacks, captured or
+            // not (its share, or the dwell, may keep capture elsewhere).
+            let since = ns.saturating_sub(KEEP_NS);
+            for q in self.state.bursting().to_vec() {
+                for (reason, stack, process, ts) in self.stacks.publish(self.ksyms, q, since) {
+                    self.state.add_stack(reason, stack, process, ts, true);
+                }
+            }
+        }
+        if let Some(d) = decision {
             announce(&d, &self.mapper.reasons, self.state.threshold());
             self.probe.maps().refill(self.budget)?;
             let to = d.switch.to();
@@ -413,6 +437,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             },
             &self.mapper.reasons,
         );
+        summary.drops.stacks_background_lost += self.stacks.kept.lost;
         if let Some(b) = &self.opts.baseline {
             let now = Side {
                 calls: &summary.calls,

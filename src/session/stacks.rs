@@ -11,8 +11,12 @@ use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
 use crate::report::{Process, Stack};
 use crate::symbolize::Symbols;
 
+use super::background::Kept;
 use super::capture::{self, Capture};
 use super::state::State;
+
+/// A symbolized stack: (reason slot, stack, process, kernel time).
+pub(super) type Taken = (u32, Stack, Process, u64);
 
 /// Tier 2 I/O: the ring buffer, and symbolization.
 pub(super) struct Stacks {
@@ -21,6 +25,8 @@ pub(super) struct Stacks {
     pub(super) func_addr: u64,
     /// A uprobe's: stacks are user stacks only.
     pub(super) user_target: bool,
+    /// The background sampler's stacks, until their reason qualifies.
+    pub(super) kept: Kept,
 }
 
 impl Stacks {
@@ -55,38 +61,71 @@ impl Stacks {
     pub(super) fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
         let target = state.target();
         for (reason, stack, process, ts) in self.take(ksyms, mapper, target) {
-            state.add_stack(reason, stack, process, ts);
+            state.add_stack(reason, stack, process, ts, false);
         }
     }
 
     /// The samples delivered so far, symbolized: (reason slot, stack,
-    /// process, kernel time). `target` is the reason captured now.
+    /// process, kernel time). `target` is the reason captured now. The
+    /// background sampler's are kept, not returned (see `publish`).
     pub(super) fn take(
         &mut self,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
         target: Option<u32>,
-    ) -> Vec<(u32, Stack, Process, u64)> {
+    ) -> Vec<Taken> {
         let Some(c) = &self.capture else {
             return Vec::new();
         };
         let mut samples = c.take();
-        if self.user_target {
-            // A uprobe's calls from sites not resolved yet come untagged:
-            // kept if their caller is the reason being captured.
-            samples.retain_mut(|s| {
-                if s.reason == SLOT_NONE {
-                    let name = self.symbols.user_caller(s.pid, s.caller);
-                    s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
-                }
-                Some(s.reason) == target
-            });
-        }
         // Keep the mappings of new processes first: a short-lived one may
-        // exit while the kernel frames are being symbolized.
+        // exit while the kernel frames are being symbolized, or before its
+        // background stacks are shown.
         for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
             self.symbols.remember_process(s.pid);
         }
+        if self.user_target {
+            // A uprobe's calls from sites not resolved yet come untagged:
+            // named now, while their process may still be there.
+            for s in samples.iter_mut().filter(|s| s.reason == SLOT_NONE) {
+                let name = self.symbols.user_caller(s.pid, s.caller);
+                s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
+            }
+        }
+        let (background, captured): (Vec<_>, Vec<_>) =
+            samples.into_iter().partition(|s| s.background);
+        for s in background {
+            self.kept.keep(s);
+        }
+        // A uprobe's untagged calls are kept if their caller is the reason
+        // being captured.
+        let captured = captured
+            .into_iter()
+            .filter(|s| !self.user_target || Some(s.reason) == target)
+            .collect();
+        self.symbolize(ksyms, captured)
+    }
+
+    /// The background stacks of `reason` taken at `since_ns` or later,
+    /// symbolized: those of a reason that just qualified.
+    pub(super) fn publish(&mut self, ksyms: &Kallsyms, reason: u32, since_ns: u64) -> Vec<Taken> {
+        let samples = self.kept.take(reason, since_ns);
+        self.symbolize(ksyms, samples)
+    }
+
+    /// Files the kept background stacks of call sites resolved since they
+    /// came (`slot_of`: a kernel return address's slot, if resolved), and
+    /// lets go of those too old to show (`now_ns`).
+    pub(super) fn tend_kept(&mut self, now_ns: u64, slot_of: impl FnMut(u64) -> Option<u32>) {
+        self.kept.resolve(now_ns, slot_of);
+        self.kept.expire(now_ns);
+    }
+
+    fn symbolize(
+        &mut self,
+        ksyms: &Kallsyms,
+        samples: Vec<crate::bpf::sample::Sample>,
+    ) -> Vec<Taken> {
         samples
             .into_iter()
             .map(|s| {

@@ -86,6 +86,7 @@ pub(crate) fn drops(not_found: u64, sites_full: u64, st: &Stats, prog: &ProgStat
         stacks_sampled_out: st.stack(StackStat::TD_STACK_SAMPLED_OUT),
         stacks_rate_capped: st.stack(StackStat::TD_STACK_RATE_CAPPED),
         stacks_ringbuf_full: st.stack(StackStat::TD_STACK_RINGBUF_FULL),
+        stacks_background_lost: st.stack(StackStat::TD_STACK_BG_LOST),
         own_calls: st.get(Stat::TD_STAT_OWN_CALLS),
     }
 }
@@ -119,6 +120,11 @@ impl State {
         self.trigger.target()
     }
 
+    /// The reasons that burst on the last tick (see Trigger::bursting).
+    pub(crate) fn bursting(&self) -> &[u32] {
+        self.trigger.bursting()
+    }
+
     /// Whether `tick` needs the counters on every tick.
     pub(crate) fn auto(&self) -> bool {
         self.trigger.auto()
@@ -150,9 +156,23 @@ impl State {
         Some(d)
     }
 
-    /// A captured stack of `reason`, taken at `ts_ns`.
-    pub(crate) fn add_stack(&mut self, reason: u32, stack: Stack, process: Process, ts_ns: u64) {
-        self.tallies.entry(reason).or_default().add(stack, process);
+    /// A stack of `reason`, taken at `ts_ns`; `background`: by the
+    /// background sampler, before the reason qualified (not a capture's).
+    pub(crate) fn add_stack(
+        &mut self,
+        reason: u32,
+        stack: Stack,
+        process: Process,
+        ts_ns: u64,
+        background: bool,
+    ) {
+        self.tallies
+            .entry(reason)
+            .or_default()
+            .add(stack, process, background);
+        if background {
+            return;
+        }
         if let Some(span) = self.spans.iter_mut().rev().find(|s| s.slot == reason) {
             span.stacks += 1;
             span.first_stack_ns.get_or_insert(ts_ns);
@@ -183,10 +203,13 @@ impl State {
         self.prev_prog = prog;
         self.prev = totals;
         let stacks = self.target().map(|t| {
-            let (captured, stacks, processes) = self.tallies.entry(t).or_default().end_interval();
+            let tally = self.tallies.entry(t).or_default();
+            let background = tally.background.0;
+            let (total, stacks, processes) = tally.end_interval();
             ReasonStacks {
                 reason: reasons.name(t).to_string(),
-                captured,
+                captured: total - background,
+                background,
                 stacks,
                 processes,
             }
@@ -207,8 +230,15 @@ impl State {
         let since = |slot: u32| count_of(end.totals, slot).wrapping_sub(count_of(&self.base, slot));
         let st = &end.stats;
         // Every reason captured, in the order capture first reached it, the
-        // current one last.
-        let mut order: Vec<u32> = Vec::new();
+        // current one last; before them, those with background stacks only
+        // (they qualified while capture was held elsewhere), by slot.
+        let mut order: Vec<u32> = self
+            .tallies
+            .keys()
+            .copied()
+            .filter(|r| !self.spans.iter().any(|s| s.slot == *r))
+            .collect();
+        order.sort_unstable();
         for s in &self.spans {
             if !order.contains(&s.slot) {
                 order.push(s.slot);
@@ -222,10 +252,12 @@ impl State {
         let stacks = order
             .iter()
             .map(|&s| {
-                let (captured, stacks, processes) = self.tallies.get(&s).unwrap_or(&empty).run();
+                let tally = self.tallies.get(&s).unwrap_or(&empty);
+                let (total, stacks, processes) = tally.run();
                 ReasonStacks {
                     reason: reasons.name(s).to_string(),
-                    captured,
+                    captured: total - tally.background.1,
+                    background: tally.background.1,
                     stacks,
                     processes,
                 }
@@ -266,6 +298,7 @@ impl State {
             captures,
             stacks_matched: st.stack(StackStat::TD_STACK_MATCHED),
             stacks_sent: st.stack(StackStat::TD_STACK_EMITTED),
+            stacks_background: st.stack(StackStat::TD_STACK_BG_SENT),
             verify: end.verify_caller.then(|| Verify {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
@@ -385,8 +418,8 @@ mod tests {
         let d = s.tick(2.1, 2_100, &totals(0, 50, 95)).unwrap();
         assert_eq!(d.switch, Switch::Start(3));
         assert_eq!(s.target(), Some(3));
-        s.add_stack(3, stack("zap"), thp(), 1_150);
-        s.add_stack(3, stack("zap"), thp(), 1_160);
+        s.add_stack(3, stack("zap"), thp(), 1_150, false);
+        s.add_stack(3, stack("zap"), thp(), 1_160, false);
         let iv = s.interval(totals(0, 55, 150), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.calls.total, 105);
         let st = iv.stacks.unwrap();
@@ -421,11 +454,11 @@ mod tests {
             s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
             Switch::Start(2)
         );
-        s.add_stack(2, stack("fault"), thp(), 520);
+        s.add_stack(2, stack("fault"), thp(), 520, false);
         assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
         let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
         assert_eq!(d.switch, Switch::Move { from: 2, to: 3 });
-        s.add_stack(3, stack("zap"), thp(), 2_040);
+        s.add_stack(3, stack("zap"), thp(), 2_040, false);
         let t = totals(4, 130, 500);
         let stats = Stats::with(
             &[(Stat::TD_STAT_OWN_CALLS, 5)],
@@ -473,6 +506,43 @@ mod tests {
         assert_eq!(sum.verify, None);
         assert_eq!(sum.top().unwrap().reason, "ZAP");
         assert_eq!(sum.threshold, 80.0);
+    }
+
+    #[test]
+    fn background_stacks_are_counted_apart_and_their_reasons_listed_first() {
+        let r = reasons();
+        let mut s = State::new(
+            trigger(true),
+            vec![0; NR_SLOTS],
+            Stats::default(),
+            ProgStats::default(),
+        );
+        assert_eq!(
+            s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
+            Switch::Start(2)
+        );
+        s.add_stack(2, stack("fault"), thp(), 510, true);
+        s.add_stack(2, stack("fault"), thp(), 520, false);
+        // ZAP burst while capture was held on FAULT: its background
+        // stacks only.
+        s.add_stack(3, stack("zap"), thp(), 600, true);
+        let iv = s.interval(totals(0, 100, 0), counters(0), 1.0, &r, (0.0, "c".into()));
+        let st = iv.stacks.unwrap();
+        assert_eq!(
+            (st.reason.as_str(), st.captured, st.background),
+            ("FAULT", 1, 1)
+        );
+        let t = totals(0, 100, 40);
+        let sum = s.finish(&end(&t, Stats::default()), &r);
+        let got: Vec<(&str, u64, u64)> = sum
+            .stacks
+            .iter()
+            .map(|st| (st.reason.as_str(), st.captured, st.background))
+            .collect();
+        assert_eq!(got, [("ZAP", 0, 1), ("FAULT", 1, 1)]);
+        // A capture's stretch counts the capture's stacks only.
+        assert_eq!(sum.captures[0].stacks, 1);
+        assert_eq!(sum.captures[0].first_stack_ns, Some(520));
     }
 
     #[test]

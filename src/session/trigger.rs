@@ -98,6 +98,8 @@ pub(crate) struct Trigger {
     window: VecDeque<(f64, Vec<u64>)>,
     /// When capture last switched.
     switched: f64,
+    /// The reasons that burst on the last observation (see `bursting`).
+    bursting: Vec<u32>,
 }
 
 impl Trigger {
@@ -112,6 +114,7 @@ impl Trigger {
             target: pinned,
             window: VecDeque::from([(0.0, Vec::new())]),
             switched: 0.0,
+            bursting: Vec::new(),
         }
     }
 
@@ -126,6 +129,37 @@ impl Trigger {
 
     pub(crate) fn target(&self) -> Option<u32> {
         self.target
+    }
+
+    /// The reasons that burst on the last observation: at least
+    /// `min_events` calls in the window, at `min_rate` or more since their
+    /// first call in it, whatever their share. Their background stacks are
+    /// shown, whether or not capture moves to them (the share, the dwell,
+    /// the lead), so a burst beside a busier reason has its first stacks.
+    pub(crate) fn bursting(&self) -> &[u32] {
+        &self.bursting
+    }
+
+    /// Whether `slot`, with `k` calls in the window, bursts at `now`. Its
+    /// calls began after the last snapshot that still had none of them
+    /// (at the latest, the one before now).
+    fn bursts(&self, slot: u32, k: u64, now: f64) -> bool {
+        let at = |t: &Vec<u64>| t.get(slot as usize).copied().unwrap_or(0);
+        let Some((then, base)) = self.window.front() else {
+            return false;
+        };
+        let began = self
+            .window
+            .iter()
+            .take(self.window.len() - 1)
+            .rev()
+            .find(|(_, t)| at(t) == at(base))
+            .map_or(*then, |(t, _)| *t);
+        let active = now - began;
+        k > 0
+            && active > 0.0
+            && k >= self.cfg.min_events
+            && (k as f64) / active >= self.cfg.min_rate
     }
 
     /// Whether the trigger needs the counters on every tick.
@@ -143,8 +177,7 @@ impl Trigger {
         while self.window.len() > 2 && self.window[1].0 <= now - WINDOW {
             self.window.pop_front();
         }
-        let (then, base) = self.window.front()?;
-        let span = now - then;
+        let (_, base) = self.window.front()?;
         let delta = |slot: usize| totals[slot].wrapping_sub(base.get(slot).copied().unwrap_or(0));
         let deltas: Vec<u64> = (0..totals.len()).map(delta).collect();
         let n: u64 = deltas.iter().fold(0, |a, &d| a.wrapping_add(d));
@@ -156,28 +189,15 @@ impl Trigger {
             .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))?;
         let hot = hot as u32;
         let share = 100.0 * k as f64 / n.max(1) as f64;
-        // Its calls began after the last snapshot that still had none of
-        // them (at the latest, the one before now).
-        let began = self
-            .window
-            .iter()
-            .take(self.window.len() - 1)
-            .rev()
-            .find(|(_, t)| {
-                t.get(hot as usize).copied().unwrap_or(0)
-                    == base.get(hot as usize).copied().unwrap_or(0)
-            })
-            .map_or(*then, |(t, _)| *t);
-        let active = now - began;
-        if k == 0
-            || active <= 0.0
-            || k < self.cfg.min_events
-            || (k as f64) / active < self.cfg.min_rate
-            || !confident(k, n, self.cfg.threshold)
-            || self.target == Some(hot)
-        {
+        let bursting: Vec<u32> = (0..deltas.len() as u32)
+            .filter(|&s| !Reasons::is_special(s) && self.bursts(s, deltas[s as usize], now))
+            .collect();
+        let burst = bursting.contains(&hot);
+        self.bursting = bursting;
+        if !burst || !confident(k, n, self.cfg.threshold) || self.target == Some(hot) {
             return None;
         }
+        let span = now - self.window.front().map_or(now, |w| w.0);
         let switch = match self.target {
             None => Switch::Start(hot),
             Some(cur) => {
@@ -431,6 +451,32 @@ mod tests {
             }
         }
         assert_eq!(moved, Some((30, Switch::Move { from: 2, to: 3 })));
+    }
+
+    #[test]
+    fn reasons_burst_whatever_their_share() {
+        // 100 calls of slot 2 in 0.3 s take capture; then 20 of slot 3 in
+        // one tick: a twentieth of the window's calls, but a burst.
+        let mut t = Trigger::new(cfg(), None);
+        assert_eq!(at(&mut t, 0.3, &[(2, 100)]), Some(Switch::Start(2)));
+        assert_eq!(t.bursting(), [2]);
+        assert_eq!(at(&mut t, 0.35, &[(2, 100), (3, 20)]), None);
+        assert_eq!(t.bursting(), [2, 3]);
+        assert_eq!(t.target(), Some(2));
+        // Fewer than --min-events: no burst.
+        assert_eq!(at(&mut t, 0.4, &[(2, 100), (3, 20), (4, 9)]), None);
+        assert_eq!(t.bursting(), [2, 3]);
+        // A trickle below --min-rate over the second: none.
+        let mut t = Trigger::new(cfg(), None);
+        for i in 1..=40u64 {
+            at(&mut t, i as f64 / 20.0, &[(3, i / 2)]);
+        }
+        assert!(t.bursting().is_empty());
+        // A quiet second later: nothing bursts.
+        let mut t = Trigger::new(cfg(), None);
+        at(&mut t, 0.3, &[(2, 100)]);
+        assert_eq!(at(&mut t, 2.0, &[(2, 100)]), None);
+        assert!(t.bursting().is_empty());
     }
 
     #[test]

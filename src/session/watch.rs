@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::bpf::abi::SLOT_NONE;
+use crate::bpf::ctl::mono_ns;
 use crate::bpf::pin::{Instance, Lock};
 use crate::bpf::probe::{Mode, Probe};
 use crate::error::Result;
@@ -16,6 +17,7 @@ use crate::reasons::Mapper;
 use crate::report::{Process, Stack};
 use crate::symbolize::Symbols;
 
+use super::background::{Kept, KEEP_NS};
 use super::capture::Capture;
 use super::poll::Poller;
 use super::stacks::Stacks;
@@ -45,6 +47,9 @@ pub(crate) struct Watch {
     next_tick: Instant,
     next_refill: Instant,
     budget: u64,
+    /// The pinned program has the background sampler: the site cache is
+    /// flagged for it every tick.
+    background: bool,
     _lock: Lock,
 }
 
@@ -80,7 +85,9 @@ impl Watch {
                 symbols: Symbols::new(meta.vmlinux.clone(), false),
                 func_addr: meta.func_addr,
                 user_target: inst.probe.mode() == Mode::Uprobe,
+                kept: Kept::default(),
             },
+            background: meta.background > 0,
             probe: inst.probe,
             mapper,
             poller,
@@ -134,15 +141,15 @@ impl Watch {
         }
         let target = self.trigger.target();
         let taken = self.stacks.take(ksyms, &mut self.mapper, target);
-        let names = &self.mapper.reasons;
-        let got = taken
-            .into_iter()
-            .map(|(slot, stack, process, _)| Captured {
+        let mut got: Vec<Captured> = Vec::new();
+        let mut add = |names: &crate::reasons::Reasons, taken: Vec<super::stacks::Taken>| {
+            got.extend(taken.into_iter().map(|(slot, stack, process, _)| Captured {
                 reason: names.name(slot).to_string(),
                 stack,
                 process,
-            })
-            .collect();
+            }))
+        };
+        add(&self.mapper.reasons, taken);
         let now = Instant::now();
         let mut said = None;
         if now >= self.next_tick {
@@ -153,7 +160,20 @@ impl Watch {
                 Some(&mut self.stacks.symbols),
             )?;
             let secs = (now - self.start).as_secs_f64();
-            if let Some(d) = self.trigger.observe(secs, &cur) {
+            let decision = self.trigger.observe(secs, &cur);
+            if self.background {
+                let (maps, ns) = (self.probe.maps(), mono_ns());
+                maps.flag_sites();
+                self.stacks
+                    .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
+                // A reason that bursts has its background stacks served,
+                // captured or not.
+                for &q in self.trigger.bursting() {
+                    let shown = self.stacks.publish(ksyms, q, ns.saturating_sub(KEEP_NS));
+                    add(&self.mapper.reasons, shown);
+                }
+            }
+            if let Some(d) = decision {
                 said = Some(format!(
                     "{}: {}",
                     self.func,

@@ -327,6 +327,8 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
 struct StackSet<'a> {
     reason: &'a str,
     captured: u64,
+    /// Of those, the background sampler's.
+    background: u64,
     stacks: Vec<StackJson<'a>>,
     processes: Vec<ProcessJson<'a>>,
 }
@@ -383,6 +385,7 @@ struct SummaryJson<'a> {
     stack_reason: Option<&'a str>,
     stacks_matched: u64,
     stacks_sent: u64,
+    stacks_background: u64,
     stacks_captured: u64,
     stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
@@ -427,6 +430,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         stack_reason: last.map(|l| l.reason.as_str()),
         stacks_matched: sum.stacks_matched,
         stacks_sent: sum.stacks_sent,
+        stacks_background: sum.stacks_background,
         stacks_captured: last.map_or(0, |l| l.captured),
         stacks: stacks(last, top),
         stacks_by_reason: sum
@@ -435,6 +439,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             .map(|st| StackSet {
                 reason: &st.reason,
                 captured: st.captured,
+                background: st.background,
                 stacks: stacks(Some(st), top),
                 processes: processes(&st.processes, top),
             })

@@ -24,14 +24,14 @@ fn interval_shape() {
     };
     assert_eq!(
         interval(&iv, 5),
-        "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
+        "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
     );
     let iv = IntervalReport {
         stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
         ..iv
     };
     assert!(interval(&iv, 5).ends_with(
-        "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"own_calls\":0}}"
+        "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
     ));
 }
 
@@ -82,7 +82,7 @@ fn summary_shape() {
     assert_eq!(v["schema"], 2);
     assert_eq!(v["drops"]["stacks_rate_capped"], 7);
     // Drops in report order (serde_json's Value would sort them).
-    assert!(j.contains("\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":7,\"stacks_ringbuf_full\":0,\"own_calls\":0}"), "{j}");
+    assert!(j.contains("\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":7,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}"), "{j}");
     assert_eq!(v["stack_reason"], "do_huge_pmd_anonymous_page");
     assert_eq!(v["stacks_matched"], 10);
     assert_eq!(v["stacks_sent"], 4);
@@ -96,7 +96,7 @@ fn summary_shape() {
     assert!(j.starts_with("{\"type\":\"summary\",\"schema\":2,\"func\":\"f\",\"mode\":\"fentry\""));
     // Field order is part of the line format the guest tests grep.
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys.len(), 36, "{keys:?}");
+    assert_eq!(keys.len(), 37, "{keys:?}");
     assert_eq!(v["kernel"], "6.12.0");
     assert_eq!(v["start"], 1_700_000_000);
     // 75% is below the 80% threshold: a top reason, no hot one.
