@@ -46,6 +46,7 @@ cat >"$TD_TMP/configs" <<EOC
 untraced|-
 fentry, counting only (--no-auto: capture code left out)|--fentry --no-auto
 fentry, capture gate in, capture off|--fentry --min-events 1000000000
+fentry, capture gate in, capture off, no background sampler|--fentry --min-events 1000000000 --background-stacks 0
 fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-rate 1
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
 kprobe, counting only|--kprobe --no-auto

@@ -290,6 +290,14 @@ reason_count() {
 	echo "${_v:-0}"
 }
 
+# reason_background NAME: the stacks of reason NAME in $TD_SUMMARY that the background
+# sampler took (0 if it has none).
+reason_background() {
+	_v=$(echo "$TD_SUMMARY" | grep -o "{\"reason\":\"$1\",\"captured\":[0-9]*,\"background\":[0-9]*" |
+		sed 's/.*://')
+	echo "${_v:-0}"
+}
+
 # reason_rows: number of rows of the "reasons" table in $TD_SUMMARY.
 reason_rows() {
 	echo "$TD_SUMMARY" | grep -o '"reasons":\[[^]]*\]' | head -n 1 | grep -o '{"reason":' | wc -l
