@@ -238,7 +238,7 @@ pub(super) fn start_user<'obj>(
         background: t.load.background,
         deep: None,
         deep_depth: 0,
-        stacks: t.trigger.auto || t.stack_on.is_some(),
+        stacks: t.stacks(),
         filter: t.filter.for_bpf(),
         glue: Vec::new(),
     };

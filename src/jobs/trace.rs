@@ -40,7 +40,7 @@ pub fn trace(t: Trace) -> Result<Status> {
     let extra = Extra {
         verify_caller: t.verify_caller,
         companion: t.companion,
-        stacks: t.trigger.auto || t.stack_on.is_some(),
+        stacks: t.stacks(),
         filter: t.filter.clone(),
         rules_at_load: false,
     };
@@ -71,7 +71,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         symbols: Symbols::new(k.vmlinux, t.session.verbose),
         info,
         filter: t.filter.clone(),
-        background: t.load.background > 0,
+        background: t.background(),
     };
     run(started.probe, ctx, &t, &stop)
 }
@@ -130,7 +130,7 @@ fn trace_user(t: Trace) -> Result<Status> {
         symbols: Symbols::new(None, t.session.verbose),
         info,
         filter: t.filter.clone(),
-        background: t.load.background > 0,
+        background: t.background(),
     };
     run(probe, ctx, &t, &stop)
 }

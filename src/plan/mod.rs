@@ -136,6 +136,22 @@ pub struct Trace {
     pub(crate) fix: Option<String>,
 }
 
+impl Trace {
+    /// Whether stacks may be captured in this run (capture can start by
+    /// itself, or --stack-on): the capture gate and the background sampler
+    /// are compiled in.
+    pub(crate) fn stacks(&self) -> bool {
+        self.trigger.auto || self.stack_on.is_some()
+    }
+
+    /// Whether the program has the background sampler (compiled in only
+    /// where stacks may be captured: to a program without it, a flagged
+    /// site is a mere cache miss, so user space must not flag).
+    pub(crate) fn background(&self) -> bool {
+        self.load.background > 0 && self.stacks()
+    }
+}
+
 /// The files a run writes at exit (--folded, --flamegraph, --save),
 /// checked writable before anything is loaded.
 #[derive(Debug, Default)]

@@ -60,22 +60,27 @@ impl Stacks {
 
     pub(super) fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
         let target = state.target();
-        for (reason, stack, process, ts) in self.take(ksyms, mapper, target) {
+        let (captured, background) = self.take(ksyms, mapper, target);
+        for (reason, stack, process, ts) in captured {
             state.add_stack(reason, stack, process, ts, false);
+        }
+        for (reason, stack, process, ts) in background {
+            state.add_stack(reason, stack, process, ts, true);
         }
     }
 
     /// The samples delivered so far, symbolized: (reason slot, stack,
-    /// process, kernel time). `target` is the reason captured now. The
-    /// background sampler's are kept, not returned (see `publish`).
+    /// process, kernel time), the capture's and the background sampler's
+    /// of `target`, the reason captured now. The background sampler's of
+    /// other reasons are kept, not returned (see `publish`).
     pub(super) fn take(
         &mut self,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
         target: Option<u32>,
-    ) -> Vec<Taken> {
+    ) -> (Vec<Taken>, Vec<Taken>) {
         let Some(c) = &self.capture else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let mut samples = c.take();
         // Keep the mappings of new processes first: a short-lived one may
@@ -94,8 +99,15 @@ impl Stacks {
         }
         let (background, captured): (Vec<_>, Vec<_>) =
             samples.into_iter().partition(|s| s.background);
+        // The captured reason's are shown now (a uprobe's calls from sites
+        // not resolved yet, named above); the others kept.
+        let mut now = Vec::new();
         for s in background {
-            self.kept.keep(s);
+            if target.is_some() && Some(s.reason) == target {
+                now.push(s);
+            } else {
+                self.kept.keep(s);
+            }
         }
         // A uprobe's untagged calls are kept if their caller is the reason
         // being captured.
@@ -103,7 +115,7 @@ impl Stacks {
             .into_iter()
             .filter(|s| !self.user_target || Some(s.reason) == target)
             .collect();
-        self.symbolize(ksyms, captured)
+        (self.symbolize(ksyms, captured), self.symbolize(ksyms, now))
     }
 
     /// The background stacks of `reason` taken at `since_ns` or later,

@@ -140,7 +140,7 @@ impl Watch {
             c.drain()?;
         }
         let target = self.trigger.target();
-        let taken = self.stacks.take(ksyms, &mut self.mapper, target);
+        let (taken, background) = self.stacks.take(ksyms, &mut self.mapper, target);
         let mut got: Vec<Captured> = Vec::new();
         let mut add = |names: &crate::reasons::Reasons, taken: Vec<super::stacks::Taken>| {
             got.extend(taken.into_iter().map(|(slot, stack, process, _)| Captured {
@@ -150,6 +150,7 @@ impl Watch {
             }))
         };
         add(&self.mapper.reasons, taken);
+        add(&self.mapper.reasons, background);
         let now = Instant::now();
         let mut said = None;
         if now >= self.next_tick {

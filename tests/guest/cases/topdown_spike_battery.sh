@@ -120,6 +120,9 @@ serve_pid=$!
 wait_line "$TD_TMP/serve.err" "^topdown: $F: watching for a reason to take over"
 for P in $BURSTS; do
 	for after in quiet phase; do
+		# One program for every burst here: its buckets refill (16 in 4 s) only
+		# while the reason is quiet, as between bursts of a live system.
+		sleep 4
 		before=$(served $R)
 		workload "$P" $after
 		got=$(($(served $R) - before))
