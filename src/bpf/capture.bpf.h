@@ -120,6 +120,24 @@ static __always_inline bool flagged_site(__u64 ret, __u64 *e)
 	return cached(ret ^ 1, e) && *e;
 }
 
+/*
+ * A resolved site's slot from the cache, flagged or not (`*flag`: the
+ * flagged entry, else 0); TD_SLOT_NONE if not there. A flagged site's
+ * call is told by the entry, so it takes no slower caller lookup.
+ */
+static __always_inline __u32 site_reason(__u64 ret, __u64 *flag)
+{
+	__u32 r = cached_reason(ret);
+	__u64 e;
+
+	*flag = 0;
+	if (r == TD_SLOT_NONE && cfg.stacks && cfg.bg_every_ns && flagged_site(ret, &e)) {
+		*flag = e;
+		r = e >> TD_SLOT_SHIFT;
+	}
+	return r;
+}
+
 /* Clears a flag set on `ret`'s site as entry `e`, unless user space changed it. */
 static __always_inline void unflag_site(__u64 ret, __u64 e)
 {

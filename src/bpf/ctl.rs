@@ -215,8 +215,14 @@ impl Control {
     /// (the BPF side clears the flag once the bucket is empty). Once a
     /// tick: each reason's first calls a tick are looked at, not more.
     /// Entries another process cached are told from flagged ones by the
-    /// site table (`slot_of`: the slot it gives a return address).
-    pub(crate) fn flag_sites(&self, mut slot_of: impl FnMut(u64) -> Option<u32>) {
+    /// site table (`slot_of`: the slot it gives a return address). The
+    /// sites of `captured`, the reason being captured, are left unflagged:
+    /// the capture takes their stacks, and the sampler would not clear them.
+    pub(crate) fn flag_sites(
+        &self,
+        captured: Option<u32>,
+        mut slot_of: impl FnMut(u64) -> Option<u32>,
+    ) {
         let mut shadow = self.shadow();
         for (i, known) in shadow.iter_mut().enumerate() {
             let cell = self.site_cell(i);
@@ -235,7 +241,8 @@ impl Control {
                     .unwrap_or(NO_ENTRY);
             }
             if *known != NO_ENTRY {
-                cell.store(*known ^ 1, SeqCst);
+                let off = captured.is_some_and(|c| abi::site_cache_site(*known).1 == c);
+                cell.store(if off { *known } else { *known ^ 1 }, SeqCst);
             }
         }
         self.flagged.store(true, SeqCst);

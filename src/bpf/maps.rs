@@ -348,10 +348,11 @@ impl Maps {
         Ok(slot)
     }
 
-    /// Flags the cached sites for the background sampler (see
-    /// `Control::flag_sites`); once a tick.
-    pub(crate) fn flag_sites(&self) {
-        self.ctl.flag_sites(|ret| self.site(ret).ok().flatten());
+    /// Flags the cached sites for the background sampler, but those of
+    /// `captured` (see `Control::flag_sites`); once a tick.
+    pub(crate) fn flag_sites(&self, captured: Option<u32>) {
+        self.ctl
+            .flag_sites(captured, |ret| self.site(ret).ok().flatten());
     }
 
     /// Whether the object counts a uprobe's calls, by (tgid, return address).

@@ -139,21 +139,19 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	}
 	/* read again: passed from the common path, it took a register there */
 	ret = quick = quick_caller(ctx, kind);
-	r = cached_reason(quick);
+	r = site_reason(quick, &flag);
 	hit = r != TD_SLOT_NONE && (kind != TD_TP || r != TD_SLOT_NOT_FOUND);
 	if (kind == TD_FENTRY && quick_fentry() && (!hit || verify_all)) {
 		ret = fentry_caller(ctx);
-		r = cached_reason(ret);
+		r = site_reason(ret, &flag);
 	}
 	if (kind == TD_TP && (!hit || verify_all)) {
 		ret = tp_caller(ctx, quick);
-		r = cached_reason(ret);
+		r = site_reason(ret, &flag);
 	}
-	/* A site flagged for the background sampler: counted as cached. */
-	if (r == TD_SLOT_NONE && cfg.stacks && cfg.bg_every_ns && flagged_site(ret, &flag)) {
-		r = flag >> TD_SLOT_SHIFT;
+	/* A site flagged for the background sampler was served by the cache. */
+	if (flag)
 		hit = true;
-	}
 	if (!hit)
 		stat_inc(TD_STAT_UNCACHED);
 	if (verify_all) {

@@ -89,18 +89,16 @@ int BPF_KPROBE(td_uprobe)
 	want = *(volatile __u32 *)&ctl.reason;
 	if (want != TD_SLOT_NONE && r == want)
 		sample(ctx, c, k.ret, want);
-	else if (cfg.bg_every_ns)
-		/*
-		 * The trap costs microseconds: every call may take a token. A
-		 * site not resolved yet (a burst can be over before user space
-		 * sees it) takes the unresolved calls' bucket, not the stack
-		 * reason's budget: user space names its caller and shows it
-		 * under its reason.
-		 */
-		background(ctx, c, k.ret, r, 0);
 	else if (want != TD_SLOT_NONE && r == TD_SLOT_NONE)
-		/* Without the sampler: sent untagged, kept if it is the reason's. */
+		/*
+		 * A site not resolved yet (a burst of calls can be over before
+		 * user space sees it): sent untagged, and kept by user space
+		 * if the caller it symbolizes is the stack reason's.
+		 */
 		sample(ctx, c, k.ret, TD_SLOT_NONE);
+	else if (cfg.bg_every_ns)
+		/* The trap costs microseconds: every call may take a token. */
+		background(ctx, c, k.ret, r, 0);
 	return 0;
 }
 

@@ -310,7 +310,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             .flatten();
         if self.background {
             let maps = self.probe.maps();
-            maps.flag_sites();
+            maps.flag_sites(self.state.target());
             self.stacks
                 .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
             // A reason that bursts shows its background stacks, captured or

@@ -441,9 +441,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_summary_names_drops_phase_captures_and_stacks_in_order() {
-        let r = reasons();
+    /// An automatic run whose capture started on FAULT at 0.5 s.
+    fn fault_captured() -> State {
         let mut s = State::new(
             trigger(true),
             vec![0; NR_SLOTS],
@@ -454,6 +453,13 @@ mod tests {
             s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
             Switch::Start(2)
         );
+        s
+    }
+
+    #[test]
+    fn the_summary_names_drops_phase_captures_and_stacks_in_order() {
+        let r = reasons();
+        let mut s = fault_captured();
         s.add_stack(2, stack("fault"), thp(), 520, false);
         assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
         let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
@@ -511,16 +517,7 @@ mod tests {
     #[test]
     fn background_stacks_are_counted_apart_and_their_reasons_listed_first() {
         let r = reasons();
-        let mut s = State::new(
-            trigger(true),
-            vec![0; NR_SLOTS],
-            Stats::default(),
-            ProgStats::default(),
-        );
-        assert_eq!(
-            s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
-            Switch::Start(2)
-        );
+        let mut s = fault_captured();
         s.add_stack(2, stack("fault"), thp(), 510, true);
         s.add_stack(2, stack("fault"), thp(), 520, false);
         // ZAP burst while capture was held on FAULT: its background

@@ -164,7 +164,7 @@ impl Watch {
             let decision = self.trigger.observe(secs, &cur);
             if self.background {
                 let (maps, ns) = (self.probe.maps(), mono_ns());
-                maps.flag_sites();
+                maps.flag_sites(self.trigger.target());
                 self.stacks
                     .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
                 // A reason that bursts has its background stacks served,

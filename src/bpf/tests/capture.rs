@@ -265,7 +265,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
     p.maps().add_site(site_b, B).unwrap();
-    p.maps().flag_sites();
+    p.maps().flag_sites(None);
     for _ in 0..40 {
         p.test_count_on(site_a, 0);
     }
@@ -288,7 +288,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     assert_eq!(got.len(), 32);
     // Flagged again within the refill time (a token every 250 ms): A's
     // bucket holds at most one more.
-    p.maps().flag_sites();
+    p.maps().flag_sites(None);
     for _ in 0..10 {
         p.test_count_on(site_a, 0);
     }
@@ -297,7 +297,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     // (its bucket is empty by now: the flag is cleared, nothing sent).
     p.maps().refill(u64::MAX).unwrap();
     p.maps().capture(A, &[]).unwrap();
-    p.maps().flag_sites();
+    p.maps().flag_sites(None);
     for _ in 0..5 {
         p.test_count_on(site_a, 0);
         p.test_count_on(site_b, 0);
@@ -326,7 +326,7 @@ fn no_background_stacks_without_the_sampler() {
     let mut storage = MaybeUninit::uninit();
     let p = selftest::load(&mut storage, &capture_config());
     p.maps().add_site(site, 2).unwrap();
-    p.maps().flag_sites();
+    p.maps().flag_sites(None);
     p.test_count(site, 10);
     assert!(ring_now(&p).is_empty());
     assert_eq!(p.maps().counts().unwrap()[2], 10);
