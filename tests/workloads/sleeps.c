@@ -2,14 +2,17 @@
  * sleeps -- a process that blocks in nanosleep a known number of times, for
  * topdown's sched_switch checks.  usage: sleeps N MS [GOFILE]
  *
- * Prints "sleeps: ready" and, if GOFILE is given, polls for it without
- * sleeping (so that a tracer can attach after the process started), then
+ * Prints "sleeps: ready" and, if GOFILE is given, waits for it (so that a
+ * tracer can attach after the process started): a FIFO is opened, which
+ * blocks once until a writer opens it (one switch, whatever the host's
+ * load); another path is polled for without sleeping. Then it
  * calls nanosleep N times for MS milliseconds each and prints
  * "sleeps: n=N".  Each call blocks once: the task leaves the CPU in
  * do_nanosleep (one sched_switch), unless it is preempted elsewhere too.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,9 +30,15 @@ int main(int argc, char **argv)
 	ts.tv_nsec = ms % 1000 * 1000000;
 	printf("sleeps: ready\n");
 	fflush(stdout);
-	if (argc > 3)
-		while (access(argv[3], F_OK) != 0)
-			;
+	if (argc > 3) {
+		int fd = open(argv[3], O_RDONLY);
+
+		if (fd >= 0)
+			close(fd);
+		else
+			while (access(argv[3], F_OK) != 0)
+				;
+	}
 	for (i = 0; i < n; i++)
 		if (nanosleep(&ts, NULL)) {
 			perror("nanosleep");

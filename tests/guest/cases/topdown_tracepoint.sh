@@ -86,6 +86,11 @@ echo "note: KERNEL stacks: $(cut -c1-300 "$TD_TMP/kernel.folded" 2>/dev/null)"
 # process, around "sleeps S MS" (MS: 5 unless set).
 run_sleeps() {
 	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
+	# A FIFO: sleeps blocks opening it (one switch), not spinning, so its calls
+	# do not depend on how busy the host is while topdown starts (spinning, it
+	# was preempted 86 times in one run and 226 in the next, which a baseline
+	# took for a fix).
+	mkfifo "$TD_TMP/go" || fail "mkfifo failed"
 	sleeps $S "${MS:-5}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
 	_w=$!
 	wait_line "$TD_TMP/w.out" "sleeps: ready"

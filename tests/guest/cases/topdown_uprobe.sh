@@ -8,13 +8,14 @@ need_cmd topdown ucallers ucallers-pie
 [ -d /sys/bus/event_source/devices/uprobe ] || skip "no uprobe PMU (CONFIG_UPROBE_EVENTS)"
 
 # start_workload NAME N1 N2 N3: ucallers (or $UCALLERS) waiting on fifo NAME; sets W_PID.
-# Each process lives 500 ms after its calls: its call sites are symbolized through its
+# Each process lives 900 ms after its calls: its call sites are symbolized through its
 # maps, so topdown must resolve them within a tick of the first call, not at the next
-# print (1 s), also with --no-auto.
+# print (1 s after the print that go waits for), also with --no-auto. (500 ms was once
+# too short for a tick on a starved host: one call of 606 went to [unknown].)
 UCALLERS=ucallers
 start_workload() {
 	mkfifo "$TD_TMP/$1"
-	$UCALLERS "$2" "$3" "$4" 500 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
+	$UCALLERS "$2" "$3" "$4" 900 <"$TD_TMP/$1" >"$TD_TMP/$1.out" &
 	W_PID=$!
 }
 
