@@ -46,6 +46,9 @@ served() {
 # once the burst. Sets held_pids (thps holding their exit) and thp_pid.
 workload() {
 	held_pids=
+	# The last run's line must not be taken for this one's (the background shell
+	# may not have truncated the file yet when the wait begins).
+	rm -f "$TD_TMP/thp.out"
 	if [ "$2" = quiet ]; then
 		# shellcheck disable=SC2086 # HOLD's words are separate arguments
 		thp_start --munmap-halves "$1" --wait-usr1 $HOLD
