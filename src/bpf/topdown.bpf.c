@@ -149,9 +149,10 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		ret = tp_caller(ctx, quick);
 		r = site_reason(ret, &flag);
 	}
-	/* A site flagged for the background sampler was served by the cache. */
-	if (flag)
-		hit = true;
+	/*
+	 * `hit` stays the quick read's (a flagged entry it names counts): the
+	 * caller check compares what the quick read claimed.
+	 */
 	if (!hit)
 		stat_inc(TD_STAT_UNCACHED);
 	if (verify_all) {
