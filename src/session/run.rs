@@ -21,7 +21,7 @@ use crate::report::printer::Printer;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
 use crate::symbolize::Symbols;
 
-use super::background::{Kept, KEEP_NS};
+use super::background::Kept;
 use super::capture::Capture;
 use super::poll::Poller;
 use super::stacks::Stacks;
@@ -309,17 +309,15 @@ impl<'a, 'obj> Run<'a, 'obj> {
             .then(|| self.state.tick(secs, ns, cur))
             .flatten();
         if self.background {
-            let maps = self.probe.maps();
-            maps.flag_sites(self.state.target());
-            self.stacks
-                .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
-            // A reason that bursts shows its background stacks, captured or
-            // not (its share, or the dwell, may keep capture elsewhere).
-            let since = ns.saturating_sub(KEEP_NS);
-            for q in self.state.bursting().to_vec() {
-                for (reason, stack, process, ts) in self.stacks.publish(self.ksyms, q, since) {
-                    self.state.add_stack(reason, stack, process, ts, true);
-                }
+            let shown = self.stacks.background_tick(
+                self.probe.maps(),
+                self.ksyms,
+                self.state.target(),
+                self.state.bursting(),
+                ns,
+            );
+            for (reason, stack, process, ts) in shown {
+                self.state.add_stack(reason, stack, process, ts, true);
             }
         }
         if let Some(d) = decision {

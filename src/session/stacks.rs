@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NONE};
+use crate::bpf::maps::Maps;
 use crate::bpf::probe::Probe;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
@@ -11,7 +12,7 @@ use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
 use crate::report::{Process, Stack};
 use crate::symbolize::Symbols;
 
-use super::background::Kept;
+use super::background::{Kept, KEEP_NS};
 use super::capture::{self, Capture};
 use super::state::State;
 
@@ -103,7 +104,7 @@ impl Stacks {
         // not resolved yet, named above); the others kept.
         let mut now = Vec::new();
         for s in background {
-            if target.is_some() && Some(s.reason) == target {
+            if Some(s.reason) == target {
                 now.push(s);
             } else {
                 self.kept.keep(s);
@@ -118,19 +119,30 @@ impl Stacks {
         (self.symbolize(ksyms, captured), self.symbolize(ksyms, now))
     }
 
-    /// The background stacks of `reason` taken at `since_ns` or later,
-    /// symbolized: those of a reason that just qualified.
-    pub(super) fn publish(&mut self, ksyms: &Kallsyms, reason: u32, since_ns: u64) -> Vec<Taken> {
-        let samples = self.kept.take(reason, since_ns);
-        self.symbolize(ksyms, samples)
-    }
-
-    /// Files the kept background stacks of call sites resolved since they
-    /// came (`slot_of`: a kernel return address's slot, if resolved), and
-    /// lets go of those too old to show (`now_ns`).
-    pub(super) fn tend_kept(&mut self, now_ns: u64, slot_of: impl FnMut(u64) -> Option<u32>) {
-        self.kept.resolve(now_ns, slot_of);
+    /// The background sampler's tick, at `now_ns`: flags the site cache
+    /// again (but the sites of `captured`, the reason being captured),
+    /// files the kept stacks of sites resolved since, lets go of those too
+    /// old to show, and returns, symbolized, the kept stacks of the reasons
+    /// `bursting` now (captured or not: their share, or the dwell, may keep
+    /// capture elsewhere).
+    pub(super) fn background_tick(
+        &mut self,
+        maps: &Maps,
+        ksyms: &Kallsyms,
+        captured: Option<u32>,
+        bursting: &[u32],
+        now_ns: u64,
+    ) -> Vec<Taken> {
+        maps.flag_sites(captured);
+        self.kept
+            .resolve(now_ns, |ret| maps.site(ret).ok().flatten());
         self.kept.expire(now_ns);
+        let since = now_ns.saturating_sub(KEEP_NS);
+        let samples = bursting
+            .iter()
+            .flat_map(|&q| self.kept.take(q, since))
+            .collect();
+        self.symbolize(ksyms, samples)
     }
 
     fn symbolize(

@@ -144,6 +144,9 @@ impl Trigger {
     /// calls began after the last snapshot that still had none of them
     /// (at the latest, the one before now).
     fn bursts(&self, slot: u32, k: u64, now: f64) -> bool {
+        if k == 0 || k < self.cfg.min_events {
+            return false;
+        }
         let at = |t: &Vec<u64>| t.get(slot as usize).copied().unwrap_or(0);
         let Some((then, base)) = self.window.front() else {
             return false;
@@ -156,10 +159,7 @@ impl Trigger {
             .find(|(_, t)| at(t) == at(base))
             .map_or(*then, |(t, _)| *t);
         let active = now - began;
-        k > 0
-            && active > 0.0
-            && k >= self.cfg.min_events
-            && (k as f64) / active >= self.cfg.min_rate
+        active > 0.0 && (k as f64) / active >= self.cfg.min_rate
     }
 
     /// Whether the trigger needs the counters on every tick.

@@ -17,7 +17,7 @@ use crate::reasons::Mapper;
 use crate::report::{Process, Stack};
 use crate::symbolize::Symbols;
 
-use super::background::{Kept, KEEP_NS};
+use super::background::Kept;
 use super::capture::Capture;
 use super::poll::Poller;
 use super::stacks::Stacks;
@@ -140,17 +140,8 @@ impl Watch {
             c.drain()?;
         }
         let target = self.trigger.target();
-        let (taken, background) = self.stacks.take(ksyms, &mut self.mapper, target);
-        let mut got: Vec<Captured> = Vec::new();
-        let mut add = |names: &crate::reasons::Reasons, taken: Vec<super::stacks::Taken>| {
-            got.extend(taken.into_iter().map(|(slot, stack, process, _)| Captured {
-                reason: names.name(slot).to_string(),
-                stack,
-                process,
-            }))
-        };
-        add(&self.mapper.reasons, taken);
-        add(&self.mapper.reasons, background);
+        let (mut taken, background) = self.stacks.take(ksyms, &mut self.mapper, target);
+        taken.extend(background);
         let now = Instant::now();
         let mut said = None;
         if now >= self.next_tick {
@@ -163,16 +154,13 @@ impl Watch {
             let secs = (now - self.start).as_secs_f64();
             let decision = self.trigger.observe(secs, &cur);
             if self.background {
-                let (maps, ns) = (self.probe.maps(), mono_ns());
-                maps.flag_sites(self.trigger.target());
-                self.stacks
-                    .tend_kept(ns, |ret| maps.site(ret).ok().flatten());
-                // A reason that bursts has its background stacks served,
-                // captured or not.
-                for &q in self.trigger.bursting() {
-                    let shown = self.stacks.publish(ksyms, q, ns.saturating_sub(KEEP_NS));
-                    add(&self.mapper.reasons, shown);
-                }
+                taken.extend(self.stacks.background_tick(
+                    self.probe.maps(),
+                    ksyms,
+                    self.trigger.target(),
+                    self.trigger.bursting(),
+                    mono_ns(),
+                ));
             }
             if let Some(d) = decision {
                 said = Some(format!(
@@ -196,6 +184,15 @@ impl Watch {
         } else if self.trigger.target().is_none() {
             self.next_refill = now + Duration::from_secs(3600);
         }
+        let names = &self.mapper.reasons;
+        let got = taken
+            .into_iter()
+            .map(|(slot, stack, process, _)| Captured {
+                reason: names.name(slot).to_string(),
+                stack,
+                process,
+            })
+            .collect();
         Ok((got, said))
     }
 }
