@@ -109,11 +109,11 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 }
 
 /*
- * Whether `ret`'s site is in the cache flagged for the background sampler
- * (its entry's lowest bit flipped: the common path misses it); the entry
- * as it is then in *e. No return address is another's plus or minus one
- * (x86 calls are 2 bytes or more, arm64's are aligned), so a flagged entry
- * names no other site.
+ * Whether `ret`'s site is in the cache flagged, for the capture of its
+ * reason or for the background sampler (its entry's lowest bit flipped:
+ * the common path misses it); the entry as it is then in *e. No return
+ * address is another's plus or minus one (x86 calls are 2 bytes or more,
+ * arm64's are aligned), so a flagged entry names no other site.
  */
 static __always_inline bool flagged_site(__u64 ret, __u64 *e)
 {
@@ -131,7 +131,7 @@ static __always_inline __u32 site_reason(__u64 ret, __u64 *flag)
 	__u64 e;
 
 	*flag = 0;
-	if (r == TD_SLOT_NONE && cfg.stacks && cfg.bg_every_ns && flagged_site(ret, &e)) {
+	if (r == TD_SLOT_NONE && cfg.stacks && flagged_site(ret, &e)) {
 		*flag = e;
 		r = e >> TD_SLOT_SHIFT;
 	}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use libbpf_rs::MapHandle;
 
-use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND};
 use crate::bpf::skel::types;
 use crate::error::{Error, Result};
 
@@ -101,8 +101,9 @@ impl<T> Drop for Section<T> {
 
 /// Moves stack capture to `slot` with `callers` as its caller ranges, in
 /// the order the BPF side relies on (see td_control in topdown.h): capture
-/// off, no ranges, the ranges, their count, then the new reason; last, the
-/// calls are sent to the stack gate (td_watch) while a reason is set.
+/// off, no ranges, the ranges, their count, then the new reason. The
+/// reason's cached sites are flagged apart (Maps::capture); calls with no
+/// caller found are sent to the stack gate through td_watch.
 ///
 /// # Safety
 /// `ctl` and `watch` must point to the mmap'ed td_control and td_watch of
@@ -125,14 +126,14 @@ pub(crate) unsafe fn publish(
     let n = callers.len().min(MAX_STACK_RANGES) as u32;
     u32_at(addr_of_mut!((*ctl).nr_ranges)).store(n, SeqCst);
     u32_at(addr_of_mut!((*ctl).reason)).store(slot, SeqCst);
-    set_watch(watch, WATCH_STACKS, slot != SLOT_NONE);
+    set_watch(watch, WATCH_STACKS, slot == SLOT_NOT_FOUND);
 }
 
 const WATCH_OWN: usize = types::td_watch_byte::TD_WATCH_OWN.0 as usize;
 const WATCH_STACKS: usize = types::td_watch_byte::TD_WATCH_STACKS.0 as usize;
 
 /// Sets or clears one byte of the watch key: a byte store, so that the
-/// other byte's writer is never undone.
+/// other bytes are never undone.
 ///
 /// # Safety
 /// As publish.
@@ -209,18 +210,18 @@ impl Control {
         self.shadow.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Flags every site in the cache for the background sampler: its
-    /// entry's lowest bit flipped, so the common path misses it and its
-    /// next call samples, on each CPU while that reason's bucket lasts
-    /// (the BPF side clears the flag once the bucket is empty). Once a
-    /// tick: each reason's first calls a tick are looked at, not more.
-    /// Entries another process cached are told from flagged ones by the
-    /// site table (`slot_of`: the slot it gives a return address). The
-    /// sites of `captured`, the reason being captured, are left unflagged:
-    /// the capture takes their stacks, and the sampler would not clear them.
+    /// Flags the sites in the cache of the reasons `which` picks (by
+    /// slot): each entry's lowest bit flipped, so the common path misses
+    /// it and its calls reach the stack gate and the background sampler.
+    /// The sampler clears a flag once the reason's bucket on the CPU is
+    /// empty, so it sees each reason's first calls a tick; a flag of the
+    /// captured reason stays while it is captured, and one that neither
+    /// wants is cleared at the site's next call. Entries another process
+    /// cached are told from flagged ones by the site table (`slot_of`: the
+    /// slot it gives a return address).
     pub(crate) fn flag_sites(
         &self,
-        captured: Option<u32>,
+        which: impl Fn(u32) -> bool,
         mut slot_of: impl FnMut(u64) -> Option<u32>,
     ) {
         let mut shadow = self.shadow();
@@ -240,9 +241,9 @@ impl Control {
                     })
                     .unwrap_or(NO_ENTRY);
             }
-            if *known != NO_ENTRY {
-                let off = captured.is_some_and(|c| abi::site_cache_site(*known).1 == c);
-                cell.store(if off { *known } else { *known ^ 1 }, SeqCst);
+            if *known != NO_ENTRY && which(abi::site_cache_site(*known).1) {
+                // Only over the entry known: never over another site.
+                let _ = cell.compare_exchange(*known, *known ^ 1, SeqCst, SeqCst);
             }
         }
         self.flagged.store(true, SeqCst);
@@ -287,7 +288,13 @@ impl Control {
         // i is in range: site_cache_entry's hash is SITE_CACHE_BITS wide.
         let cell = self.site_cell(i);
         if cell.load(SeqCst) == 0 {
-            cell.store(entry, SeqCst);
+            // The captured reason's sites come in flagged: none of their
+            // calls passes the stack gate by.
+            let flag = u64::from(self.capturing() == Some(slot));
+            cell.store(entry ^ flag, SeqCst);
+            if flag != 0 {
+                self.flagged.store(true, SeqCst);
+            }
         }
         // Known now, flagged or not (see flag_sites).
         if cell.load(SeqCst) | 1 == entry | 1 {
@@ -388,6 +395,18 @@ impl Control {
     #[cfg(test)]
     pub(crate) fn take_leases(&mut self) {
         self.lease = Some(Mutex::new(Steer::none()));
+    }
+
+    /// The site cache's cell of `ret` (cached as `slot`) and its entry
+    /// unflagged, for a test that flags it from another thread.
+    #[cfg(test)]
+    pub(crate) fn site_cell_ptr(&self, ret: u64, slot: u32) -> (*mut u64, u64) {
+        let (i, e) = abi::site_cache_entry(ret, slot).expect("a kernel address");
+        // SAFETY: a field of the .bss mapping; i is below SITE_CACHE.
+        (
+            unsafe { std::ptr::addr_of_mut!((*self.bss.ptr).site_cache[i]) },
+            e,
+        )
     }
 
     /// The raw control block and watch key, for a test that moves capture

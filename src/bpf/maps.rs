@@ -348,11 +348,17 @@ impl Maps {
         Ok(slot)
     }
 
-    /// Flags the cached sites for the background sampler, but those of
-    /// `captured` (see `Control::flag_sites`); once a tick.
-    pub(crate) fn flag_sites(&self, captured: Option<u32>) {
-        self.ctl
-            .flag_sites(captured, |ret| self.site(ret).ok().flatten());
+    /// Flags the cached sites (see `Control::flag_sites`) of every reason
+    /// for the background sampler, else of `captured`; once a tick, as
+    /// another reader of a pinned instance may have cleared them.
+    pub(crate) fn flag_sites(&self, captured: Option<u32>, background: bool) {
+        if !background && captured.is_none() {
+            return;
+        }
+        self.ctl.flag_sites(
+            |slot| background || Some(slot) == captured,
+            |ret| self.site(ret).ok().flatten(),
+        );
     }
 
     /// Whether the object counts a uprobe's calls, by (tgid, return address).
@@ -473,9 +479,13 @@ impl Maps {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` from now on (see `Control::capture`).
+    /// Captures stacks of `slot` from now on (see `Control::capture`),
+    /// its cached sites flagged: their calls leave the common path for the
+    /// stack gate, and no other reason's do.
     pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        self.ctl.capture(slot, callers)
+        self.ctl.capture(slot, callers)?;
+        self.flag_sites((slot != abi::SLOT_NONE).then_some(slot), false);
+        Ok(())
     }
 
     /// Leaves out the calls of process `tgid` (see `Control::own`).
@@ -504,6 +514,12 @@ impl Maps {
     /// The reason stacks are being captured of, if any.
     pub(crate) fn capturing(&self) -> Option<u32> {
         self.ctl.capturing()
+    }
+
+    /// See `Control::site_cell_ptr`.
+    #[cfg(test)]
+    pub(crate) fn site_cell_ptr(&self, ret: u64, slot: u32) -> (*mut u64, u64) {
+        self.ctl.site_cell_ptr(ret, slot)
     }
 
     /// Steers as a pinned instance's reader does: under a lease.

@@ -151,10 +151,10 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     p.maps().capture(2, &[]).unwrap();
     let (lease, own, reason, why) = steered(&p);
     assert!(lease > mono_ns());
-    assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
+    assert_eq!((own, reason, why), (1, 2, [1, 0, 0, 0]));
     // Within the lease, calls take the slow path and nothing changes.
     p.test_count(a, 2);
-    assert_eq!(steered(&p), (lease, 1, 2, [1, 1, 0, 0]));
+    assert_eq!(steered(&p), (lease, 1, 2, [1, 0, 0, 0]));
     // The reader is killed: nobody renews. Past the lease, the first
     // watched call puts everything back, and is counted.
     let (ctl, _) = p.maps().control_ptr();
@@ -169,11 +169,48 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     p.maps().own(1);
     let (lease, own, reason, why) = steered(&p);
     assert!(lease > mono_ns());
-    assert_eq!((own, reason, why), (1, 2, [1, 1, 0, 0]));
+    assert_eq!((own, reason, why), (1, 2, [1, 0, 0, 0]));
     // Nothing held: the lease is given up, and never runs out.
     p.maps().capture(SLOT_NONE, &[]).unwrap();
     p.maps().own(0);
     assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
+}
+
+/// A reader killed while it captures and sleeps (no watch byte set): the
+/// captured reason's first call past the lease puts capture back, and
+/// clears its site's flag, so the calls after take the common path.
+#[test]
+fn a_killed_readers_capture_is_put_back_by_the_captured_reasons_call() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let a = 0xffffffff81000123;
+    let mut storage = MaybeUninit::uninit();
+    let config = capture_config();
+    let mut p = selftest::load(&mut storage, &config);
+    p.maps_mut().take_leases();
+    p.maps().add_site(a, 7).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    p.maps().capture(7, &[]).unwrap();
+    let (cell, entry) = p.maps().site_cell_ptr(a, 7);
+    // SAFETY: the object is alive; plain accesses of mapped memory.
+    let flagged = || unsafe { std::ptr::read_volatile(cell) } == entry ^ 1;
+    assert!(flagged());
+    let (lease, own, reason, why) = steered(&p);
+    assert!(lease > mono_ns());
+    assert_eq!((own, reason, why), (0, 7, [0, 0, 0, 0]));
+    let (ctl, _) = p.maps().control_ptr();
+    // SAFETY: as in steered.
+    unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), 1) };
+    p.test_count(a, 1);
+    assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
+    assert!(!flagged());
+    p.test_count(a, 3);
+    assert_eq!(p.maps().counts().unwrap()[7], 4);
+    assert_eq!(
+        p.maps().stats().unwrap().stack(StackStat::TD_STACK_EMITTED),
+        0
+    );
 }
 
 #[test]

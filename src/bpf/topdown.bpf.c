@@ -23,8 +23,10 @@
  * asked stacks of (ctl.reason), the same program sends its kernel (and
  * optionally user) stack to a ring buffer, rate-limited. The gate costs
  * the common path nothing, and is compiled out entirely when the run can
- * never capture (cfg.stacks false): switching capture on is two stores to
- * mapped memory, with nothing to load or attach.
+ * never capture (cfg.stacks false): switching capture on is stores to
+ * mapped memory (the reason, and a flag on each of its cached sites, so
+ * that its calls alone leave the common path), with nothing to load or
+ * attach.
  *
  * This file holds the programs and the counting path. What they call is in
  * headers included in this order, each after what it uses: common.bpf.h
@@ -85,9 +87,11 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 
 /*
  * A reader killed by SIGKILL cannot put back what it set: the program
- * would send every call down the slow path until the next reader came.
- * Its lease lets the first watched call after it do that instead. A reader
- * found to have lost its lease publishes its state again.
+ * would send its calls down the slow path, and take stacks nobody reads,
+ * until the next reader came. Its lease lets the first watched or
+ * captured call after it do that instead (the captured reason's flagged
+ * sites are then cleared as their calls come: see count_slow_body). A
+ * reader found to have lost its lease publishes its state again.
  */
 static __always_inline void lease_check(void)
 {
@@ -171,6 +175,8 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	/* the stack gate, compiled in if stacks may be captured in this run */
 	if (!cfg.stacks)
 		return;
+	if (*(volatile __u32 *)&ctl.reason != TD_SLOT_NONE)
+		lease_check();
 	/* Read once: user space may move capture meanwhile. */
 	want = *(volatile __u32 *)&ctl.reason;
 	if (want != TD_SLOT_NONE && stack_gate(ctx, c, ret, r, want, loops))
@@ -178,10 +184,14 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	/*
 	 * Not the stack reason's: the background sampler's if the site is
 	 * flagged or not in the cache, not for a watched call of a cached
-	 * site (the bucket is empty, or its flag would be set).
+	 * site (the bucket is empty, or its flag would be set). A flagged
+	 * site that neither wants (capture moved on, no sampler) is cleared:
+	 * its next calls take the common path.
 	 */
 	if (cfg.bg_every_ns && (flag || !hit))
 		background(ctx, c, ret, r, flag);
+	else
+		unflag_site(ret, flag);
 }
 
 /* count_slow_body, without bpf_loop and with it (see verify). */

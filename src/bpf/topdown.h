@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 5,
+	TD_LAYOUT_VERSION = 6,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -308,7 +308,7 @@ struct td_control {
 	 * 0, or the CLOCK_MONOTONIC time (ns) up to which a pinned instance's
 	 * reader holds the watch key, own_tgid and capture. The reader renews
 	 * it whenever it touches them; past it (the reader was killed) the
-	 * first watched call puts them back (see lease_check).
+	 * first watched or captured call puts them back (see lease_check).
 	 */
 	__u64 lease_ns;
 };
@@ -316,10 +316,13 @@ struct td_control {
 /*
  * The common path's key into the counter array (mmap'ed .bss), as bytes,
  * each with one writer: TD_WATCH_OWN set while ctl.own_tgid is,
- * TD_WATCH_STACKS while ctl.reason is a slot. Any byte set makes the key an
- * index past the array's end: the lookup fails, and the call takes the
- * slow path, which checks the process and runs the stack gate. So the
- * common path tests neither.
+ * TD_WATCH_STACKS while ctl.reason is TD_SLOT_NOT_FOUND (calls with no
+ * caller found match the cache's empty entries). Any byte set makes the
+ * key an index past the array's end: the lookup fails, and the call takes
+ * the slow path, which checks the process and runs the stack gate. So the
+ * common path tests neither. Capturing any other reason sets no byte:
+ * user space flags the reason's site-cache entries, so its calls alone
+ * leave the common path (see flagged_site).
  */
 struct td_watch {
 	__u8 why[4];

@@ -308,11 +308,15 @@ impl<'a, 'obj> Run<'a, 'obj> {
             .auto()
             .then(|| self.state.tick(secs, ns, cur))
             .flatten();
+        // The site cache's flags, set again: the sampler clears its own,
+        // and another reader of a pinned instance may have cleared all.
+        self.probe
+            .maps()
+            .flag_sites(self.probe.maps().capturing(), self.background);
         if self.background {
             let shown = self.stacks.background_tick(
                 self.probe.maps(),
                 self.ksyms,
-                self.state.target(),
                 self.state.bursting(),
                 ns,
             );

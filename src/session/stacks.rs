@@ -119,21 +119,18 @@ impl Stacks {
         (self.symbolize(ksyms, captured), self.symbolize(ksyms, now))
     }
 
-    /// The background sampler's tick, at `now_ns`: flags the site cache
-    /// again (but the sites of `captured`, the reason being captured),
-    /// files the kept stacks of sites resolved since, lets go of those too
-    /// old to show, and returns, symbolized, the kept stacks of the reasons
-    /// `bursting` now (captured or not: their share, or the dwell, may keep
-    /// capture elsewhere).
+    /// The background sampler's tick, at `now_ns`: files the kept stacks
+    /// of sites resolved since, lets go of those too old to show, and
+    /// returns, symbolized, the kept stacks of the reasons `bursting` now
+    /// (captured or not: their share, or the dwell, may keep capture
+    /// elsewhere).
     pub(super) fn background_tick(
         &mut self,
         maps: &Maps,
         ksyms: &Kallsyms,
-        captured: Option<u32>,
         bursting: &[u32],
         now_ns: u64,
     ) -> Vec<Taken> {
-        maps.flag_sites(captured);
         self.kept
             .resolve(now_ns, |ret| maps.site(ret).ok().flatten());
         self.kept.expire(now_ns);

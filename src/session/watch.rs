@@ -153,11 +153,14 @@ impl Watch {
             )?;
             let secs = (now - self.start).as_secs_f64();
             let decision = self.trigger.observe(secs, &cur);
+            // As in a live run (Run::tick).
+            self.probe
+                .maps()
+                .flag_sites(self.probe.maps().capturing(), self.background);
             if self.background {
                 taken.extend(self.stacks.background_tick(
                     self.probe.maps(),
                     ksyms,
-                    self.trigger.target(),
                     self.trigger.bursting(),
                     mono_ns(),
                 ));

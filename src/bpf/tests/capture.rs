@@ -85,6 +85,11 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     p.maps().refill(u64::MAX).unwrap();
     let (ctl, watch) = p.maps().control_ptr();
     let (ctl, watch) = (ctl as usize, watch as usize);
+    // Capture on A flags A's cached site, as Maps::capture does; the
+    // program clears the flag at its first call while another reason is
+    // captured.
+    let (cell_a, entry_a) = p.maps().site_cell_ptr(site_a, A);
+    let cell_a = cell_a as usize;
     let fd = p.selftest_fd().as_raw_fd();
     let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
@@ -102,10 +107,20 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
         while runs.load(Ordering::Relaxed) < 40_000 && start.elapsed() < Duration::from_secs(20) {
             i += 1;
             let (ctl, watch) = (ctl as *mut _, watch as *mut _);
-            // SAFETY: the object outlives the scope.
+            // SAFETY: the object outlives the scope; the cell is an
+            // aligned u64 of the mapped .bss.
             unsafe {
                 match i % 3 {
-                    0 => publish(ctl, watch, A, &[]),
+                    0 => {
+                        publish(ctl, watch, A, &[]);
+                        let cell = AtomicU64::from_ptr(cell_a as *mut u64);
+                        let _ = cell.compare_exchange(
+                            entry_a,
+                            entry_a ^ 1,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    }
                     1 => publish(ctl, watch, B, &[b_range]),
                     _ => publish(ctl, watch, SLOT_NONE, &[]),
                 }
@@ -265,7 +280,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
     p.maps().add_site(site_b, B).unwrap();
-    p.maps().flag_sites(None);
+    p.maps().flag_sites(None, true);
     for _ in 0..40 {
         p.test_count_on(site_a, 0);
     }
@@ -288,7 +303,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     assert_eq!(got.len(), 32);
     // Flagged again within the refill time (a token every 250 ms): A's
     // bucket holds at most one more.
-    p.maps().flag_sites(None);
+    p.maps().flag_sites(None, true);
     for _ in 0..10 {
         p.test_count_on(site_a, 0);
     }
@@ -297,7 +312,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     // (its bucket is empty by now: the flag is cleared, nothing sent).
     p.maps().refill(u64::MAX).unwrap();
     p.maps().capture(A, &[]).unwrap();
-    p.maps().flag_sites(None);
+    p.maps().flag_sites(None, true);
     for _ in 0..5 {
         p.test_count_on(site_a, 0);
         p.test_count_on(site_b, 0);
@@ -314,9 +329,8 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     assert_eq!(p.maps().pending().unwrap(), vec![(pending, 20)]);
 }
 
-/// --background-stacks 0 leaves the sampler out: a flagged site is
-/// nothing to the program, which misses it in the cache and finds it in
-/// the site table.
+/// --background-stacks 0 leaves the sampler out: a flagged site that is
+/// not captured takes no stack, and its first call clears the flag.
 #[test]
 fn no_background_stacks_without_the_sampler() {
     if !crate::testing::bpf_or_skip() {
@@ -326,8 +340,69 @@ fn no_background_stacks_without_the_sampler() {
     let mut storage = MaybeUninit::uninit();
     let p = selftest::load(&mut storage, &capture_config());
     p.maps().add_site(site, 2).unwrap();
-    p.maps().flag_sites(None);
+    p.maps().flag_sites(None, true);
+    let (cell, entry) = p.maps().site_cell_ptr(site, 2);
+    // SAFETY: the object is alive; a plain load of mapped memory.
+    let now = || unsafe { std::ptr::read_volatile(cell) };
+    assert_eq!(now(), entry ^ 1);
     p.test_count(site, 10);
+    assert_eq!(now(), entry);
     assert!(ring_now(&p).is_empty());
     assert_eq!(p.maps().counts().unwrap()[2], 10);
+    assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 0);
+}
+
+/// Capture flags the captured reason's cached sites and nothing else: its
+/// calls reach the stack gate, another reason's stay on the common path
+/// (no watch byte is set), and a site resolved during the capture comes
+/// in flagged. Moved elsewhere, the old reason's flags are cleared by
+/// their next call.
+#[test]
+fn capture_leaves_the_common_path_to_other_reasons() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    const A: u32 = 2;
+    const B: u32 = 3;
+    let (site_a, site_b, late_a) = (0xffffffff81000010, 0xffffffff81001018, 0xffffffff81002020);
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, &capture_config());
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().add_site(site_b, B).unwrap();
+    p.maps().refill(u64::MAX).unwrap();
+    p.maps().capture(A, &[]).unwrap();
+    p.maps().add_site(late_a, A).unwrap();
+    let cell = |ret, slot| {
+        let (c, e) = p.maps().site_cell_ptr(ret, slot);
+        // SAFETY: the object is alive; a plain load of mapped memory.
+        unsafe { std::ptr::read_volatile(c) ^ e }
+    };
+    assert_eq!(
+        (cell(site_a, A), cell(late_a, A), cell(site_b, B)),
+        (1, 1, 0)
+    );
+    let (_, watch) = p.maps().control_ptr();
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*watch).why)) },
+        [0; 4]
+    );
+    for _ in 0..3 {
+        p.test_count(site_a, 1);
+        p.test_count(late_a, 1);
+        p.test_count(site_b, 1);
+    }
+    assert_eq!(ring_now(&p), vec![(A, false); 6]);
+    assert_eq!((cell(site_a, A), cell(late_a, A)), (1, 1));
+    p.maps().capture(B, &[]).unwrap();
+    p.test_count(site_a, 1);
+    p.test_count(site_b, 2);
+    assert_eq!(ring_now(&p), vec![(B, false); 2]);
+    assert_eq!(
+        (cell(site_a, A), cell(late_a, A), cell(site_b, B)),
+        (0, 1, 1)
+    );
+    let counts = p.maps().counts().unwrap();
+    assert_eq!((counts[A as usize], counts[B as usize]), (7, 5));
+    assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 0);
 }

@@ -100,18 +100,22 @@ grep -q '</svg>' "$TD_TMP/g.svg" || fail "--folded /dev/full: no --flamegraph"
 rm -f "${TMPDIR:-/tmp}"/topdown-vfs_read-*.folded
 
 # 7. A reader of a pinned function ended by an error leaves no process's calls left out
-# and capture off: the watch key (td_watch, in .bss) is back to 0,0,0,0 at once.
+# and capture off: the watch key (td_watch, in .bss) is back to 0,0,0,0 and the stack
+# reason (ctl.reason, the first "reason" in .data) to none at once.
 watch_bytes() {
 	bpftool map dump pinned $ROOT/vfs_read/bss | grep -A1 '"why"' | tr -d ' \n' |
 		sed 's/.*\[//; s/\].*//'
+	printf ' reason='
+	bpftool map dump pinned $ROOT/vfs_read/data | grep -m 1 '"reason"' | tr -dc 0-9
 }
+IDLE="0,0,0,0 reason=4294967295"
 topdown pin vfs_read --no-profile 2>/dev/null || fail "pin failed"
-expect_eq "pinned: watch key" "$(watch_bytes)" "0,0,0,0"
+expect_eq "pinned: watch key" "$(watch_bytes)" "$IDLE"
 topdown vfs_read --stack-on ksys_read -i 0.5 -d 30 >/dev/full 2>"$TD_TMP/err"
 expect_eq "pinned reader, stdout full: exit status" $? 1
 expect_eq "pinned reader, stdout full: the error" "$(tail -1 "$TD_TMP/err")" \
 	"topdown: cannot write to standard output: No space left on device (os error 28)"
-expect_eq "after the pinned reader's error: watch key" "$(watch_bytes)" "0,0,0,0"
+expect_eq "after the pinned reader's error: watch key" "$(watch_bytes)" "$IDLE"
 # The same ended by SIGTERM while it captures.
 topdown vfs_read --stack-on ksys_read -i 0.2 >"$TD_TMP/out7" 2>"$TD_TMP/err" &
 echo $! >"$TD_TMP/pid"
@@ -119,14 +123,14 @@ pipe=$!
 wait_line "$TD_TMP/err" "Ctrl-C to end"
 # Capture starts within a tick or so of that line: up to 10 s on a busy host.
 _k=0
-until [ "$(watch_bytes | cut -d, -f2)" = 1 ] || [ $_k -ge 50 ]; do
+until ! watch_bytes | grep -q 'reason=4294967295$' || [ $_k -ge 50 ]; do
 	sleep 0.2
 	_k=$((_k + 1))
 done
-expect_eq "while a pinned reader captures: stacks byte" "$(watch_bytes | cut -d, -f2)" 1
+! watch_bytes | grep -q 'reason=4294967295$' || fail "no capture by the pinned reader: $(watch_bytes)"
 kill -TERM "$(cat "$TD_TMP/pid")"
 wait_exit $pipe "the pinned reader sent SIGTERM"
-expect_eq "after the pinned reader's SIGTERM: watch key" "$(watch_bytes)" "0,0,0,0"
+expect_eq "after the pinned reader's SIGTERM: watch key" "$(watch_bytes)" "$IDLE"
 # And with its standard output closed by its reader (| head -c 1): it ends by itself,
 # as Ctrl-C ends it (killed after 60 s if it does not: a hang fails by name).
 {
@@ -134,6 +138,6 @@ expect_eq "after the pinned reader's SIGTERM: watch key" "$(watch_bytes)" "0,0,0
 	echo $? >"$TD_TMP/rc"
 } | head -c 1 >/dev/null
 expect_eq "pinned reader, stdout closed: exit status" "$(cat "$TD_TMP/rc")" 0
-expect_eq "after the pinned reader's closed stdout: watch key" "$(watch_bytes)" "0,0,0,0"
+expect_eq "after the pinned reader's closed stdout: watch key" "$(watch_bytes)" "$IDLE"
 topdown unpin vfs_read 2>/dev/null || fail "unpin failed"
 exit 0
