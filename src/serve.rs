@@ -19,6 +19,7 @@ use crate::funcname::FuncName;
 pub(crate) use crate::listen::Listen;
 use crate::report::openmetrics::{CaptureSeries, Format};
 use crate::report::pprof::{self, Key};
+use crate::report::Gate;
 use crate::session::watch::Captured;
 
 /// How long a wait for a request lasts before the stop flag is checked.
@@ -49,8 +50,10 @@ struct Inner {
     /// Per function, the reason captured now (None: none yet, or the
     /// function is not watched).
     active: BTreeMap<String, Option<String>>,
-    /// Per (function, reason), the stacks captured since serve started.
+    /// Per (function, reason), the stacks captured since serve started,
+    /// and its calls at the stack gate (see Gate).
     stacks: BTreeMap<(String, String), u64>,
+    gates: BTreeMap<(String, String), Gate>,
     windows: Vec<(u64, HashMap<Key, u64>)>,
     next_window: u64,
 }
@@ -92,6 +95,17 @@ impl Captures {
         }
     }
 
+    /// `func`'s reasons' calls at the stack gate since serve started.
+    pub(crate) fn gates(&self, func: &str, gates: Vec<(String, Gate)>) {
+        let mut g = self.lock();
+        for (reason, gate) in gates {
+            g.stacks
+                .entry((func.to_string(), reason.clone()))
+                .or_insert(0);
+            g.gates.insert((func.to_string(), reason), gate);
+        }
+    }
+
     /// The series of /metrics: every (function, reason) captured since
     /// serve started, whether it is captured now, and its stacks.
     pub(crate) fn series(&self) -> Vec<CaptureSeries> {
@@ -103,6 +117,11 @@ impl Captures {
                 reason: r.clone(),
                 active: g.active.get(f).is_some_and(|a| a.as_ref() == Some(r)),
                 stacks: n,
+                gate: g
+                    .gates
+                    .get(&(f.clone(), r.clone()))
+                    .copied()
+                    .unwrap_or_default(),
             })
             .collect()
     }

@@ -82,30 +82,51 @@ static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 backg
 	return true;
 }
 
+/* Index in rstacks (and td_buckets) of slot r: TD_NR_SLOTS for TD_SLOT_NONE. */
+static __always_inline __u32 rstack_index(__u32 r)
+{
+	return r == TD_SLOT_NONE ? TD_NR_SLOTS : r & (TD_NR_SLOTS - 1);
+}
+
+/*
+ * Counts outcome `which` of a call at the stack path: in this CPU's sums
+ * `c`, and in its reason's counters `rs` (if found).
+ */
+static __always_inline void stack_inc(struct td_counts *c, struct td_rstack *rs,
+				      enum td_stack_stat which)
+{
+	c->stack[which]++;
+	if (rs)
+		rs->n[which]++;
+}
+
 /*
  * Sends the stack of this call, of stack reason `want`, to user space;
- * `c` is this CPU's counters.
+ * `c` is this CPU's counters. Each call it sees ends as one of sampled
+ * out, rate capped, ring buffer full or emitted, counted for its reason.
  */
 static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want)
 {
+	__u32 i = rstack_index(want);
+	struct td_rstack *rs = bpf_map_lookup_elem(&rstacks, &i);
 	struct td_budget *b;
 
-	c->stack[TD_STACK_MATCHED]++;
+	stack_inc(c, rs, TD_STACK_MATCHED);
 	if (cfg.sample_every > 1 && c->seen++ % cfg.sample_every) {
-		c->stack[TD_STACK_SAMPLED_OUT]++;
+		stack_inc(c, rs, TD_STACK_SAMPLED_OUT);
 		return;
 	}
 	b = bpf_map_lookup_elem(&budget, &zero);
 	if (!b || !b->left) {
-		c->stack[TD_STACK_RATE_CAPPED]++;
+		stack_inc(c, rs, TD_STACK_RATE_CAPPED);
 		return;
 	}
 	b->left--;
 	if (!emit(ctx, ret, want, 0)) {
-		c->stack[TD_STACK_RINGBUF_FULL]++;
+		stack_inc(c, rs, TD_STACK_RINGBUF_FULL);
 		return;
 	}
-	c->stack[TD_STACK_EMITTED]++;
+	stack_inc(c, rs, TD_STACK_EMITTED);
 }
 
 /*
@@ -160,13 +181,11 @@ static __always_inline void background(void *ctx, struct td_counts *c, __u64 ret
 				       __u64 flag)
 {
 	struct td_buckets *b = bpf_map_lookup_elem(&buckets, &zero);
-	__u32 i = TD_NR_SLOTS;
+	__u32 i = rstack_index(r);
 	__u64 now, tat;
 
 	if (!b)
 		return;
-	if (r != TD_SLOT_NONE)
-		i = r & (TD_NR_SLOTS - 1);
 	now = bpf_ktime_get_ns();
 	tat = b->tat[i];
 	if (tat < now)
@@ -177,10 +196,8 @@ static __always_inline void background(void *ctx, struct td_counts *c, __u64 ret
 	}
 	tat += cfg.bg_every_ns;
 	b->tat[i] = tat;
-	if (emit(ctx, ret, r, 1))
-		c->stack[TD_STACK_BG_SENT]++;
-	else
-		c->stack[TD_STACK_BG_LOST]++;
+	stack_inc(c, bpf_map_lookup_elem(&rstacks, &i),
+		  emit(ctx, ret, r, 1) ? TD_STACK_BG_SENT : TD_STACK_BG_LOST);
 	if (tat - now > cfg.bg_burst_ns)
 		unflag_site(ret, flag);
 }

@@ -111,6 +111,14 @@ struct {
 	__type(value, struct td_budget);
 } budget SEC(".maps");
 
+/* Each reason's stack path counters (see td_rstack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TD_NR_SLOTS + 1);
+	__type(key, __u32);
+	__type(value, struct td_rstack);
+} rstacks SEC(".maps");
+
 /* The background sampler's token buckets (see td_config.bg_every_ns). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -22,8 +22,9 @@ const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
 const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 
 /// The maps a pinned instance keeps, by the file name of their pins.
-pub(crate) const PINNED_MAPS: [&str; 10] = [
+pub(crate) const PINNED_MAPS: [&str; 11] = [
     "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data", "bss",
+    "rstacks",
 ];
 
 pub(crate) struct Maps {
@@ -34,6 +35,8 @@ pub(crate) struct Maps {
     /// for a pinned instance, whose rules are filled in before load).
     early: Option<MapHandle>,
     stats: MapHandle,
+    /// Each reason's stack path counters (td_rstack).
+    rstacks: MapHandle,
     budget: MapHandle,
     samples: MapHandle,
     names: MapHandle,
@@ -183,6 +186,7 @@ impl Maps {
             // Sized to one entry where it cannot be used: no read per poll.
             early: Some(handle(&m.early, "early")?).filter(|e| e.max_entries() > 1),
             stats: handle(&m.stats, "stats")?,
+            rstacks: handle(&m.rstacks, "rstacks")?,
             budget: handle(&m.budget, "budget")?,
             samples: handle(&m.samples, "samples")?,
             names: handle(&m.names, "names")?,
@@ -214,6 +218,7 @@ impl Maps {
             pending: open("pending")?,
             early: None,
             stats: open("stats")?,
+            rstacks: open("rstacks")?,
             budget: open("budget")?,
             samples: open("samples")?,
             names: open("names")?,
@@ -240,6 +245,7 @@ impl Maps {
             ("meta", &mut self.meta),
             ("data", &mut self.data),
             ("bss", &mut self.bss),
+            ("rstacks", &mut self.rstacks),
         ] {
             m.pin(dir.join(name))
                 .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
@@ -460,6 +466,26 @@ impl Maps {
     pub(crate) fn read_stats(&self, out: &mut PerCpu) -> Result<()> {
         lookup_percpu(&self.stats, &ZERO_KEY, out)
             .map_err(|e| Error::bpf("reading the statistics", e))
+    }
+
+    /// Each reason's stack path counters summed over the CPUs, by slot
+    /// (index NR_SLOTS: untagged calls from sites not resolved yet), each
+    /// indexed by StackStat; `slots`: which to read (the others are 0).
+    pub(crate) fn reason_stacks(
+        &self,
+        slots: impl IntoIterator<Item = u32>,
+    ) -> Result<Vec<[u64; abi::NR_STACK_STATS]>> {
+        let mut out = vec![[0; abi::NR_STACK_STATS]; abi::NR_SLOTS + 1];
+        let mut buf = PerCpu::default();
+        for slot in slots {
+            let Some(row) = out.get_mut(slot as usize) else {
+                continue;
+            };
+            lookup_percpu(&self.rstacks, &slot.to_ne_bytes(), &mut buf)
+                .map_err(|e| Error::bpf("reading the stack counters of a reason", e))?;
+            *row = buf.sum::<{ abi::NR_STACK_STATS }>();
+        }
+        Ok(out)
     }
 
     /// Lets each CPU send up to `per_cpu` more stacks (the budget is

@@ -237,6 +237,16 @@ struct td_config {
 };
 
 /*
+ * What became of one reason's calls at the stack path, on one CPU, by
+ * td_stack_stat: the rstacks map has one a reason slot, and one
+ * (TD_NR_SLOTS) for calls from sites not resolved yet that were sent
+ * untagged (a uprobe's). td_counts.stack holds the sums over reasons.
+ */
+struct td_rstack {
+	__u64 n[TD_NR_STACK_STATS];
+};
+
+/*
  * The background sampler's buckets on one CPU: one a reason slot, and one
  * (TD_NR_SLOTS) for calls from sites not resolved yet, whose reason user
  * space learns later.

@@ -169,6 +169,9 @@ impl Watching<'_> {
                     captures.switched(w.func(), w.target());
                 }
                 captures.add(w.func(), got);
+                if let Some(gates) = w.take_gates() {
+                    captures.gates(w.func(), gates);
+                }
                 true
             }
             Err(e) => {

@@ -106,6 +106,7 @@ pub(crate) fn sample_summary() -> Summary {
         stacks_matched: 10,
         stacks_sent: 4,
         stacks_background: 0,
+        gates: Vec::new(),
         verify: None,
         uncached: 0,
         cost: Cost::default(),

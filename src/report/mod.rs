@@ -271,6 +271,40 @@ pub(crate) struct Cost {
     pub(crate) recursion_misses: u64,
 }
 
+/// What became of one reason's calls at the stack gate while it was
+/// captured: `calls` = `shown` + `sampled_out` + `rate_capped` +
+/// `ringbuf_full` + `not_kept`, every call accounted for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Gate {
+    /// Calls the stack gate took as the captured reason's.
+    pub(crate) calls: u64,
+    /// Stacks shown (the summary's `captured`).
+    pub(crate) shown: u64,
+    pub(crate) sampled_out: u64,
+    pub(crate) rate_capped: u64,
+    pub(crate) ringbuf_full: u64,
+    /// Stacks sent but not shown: left in the ring buffer at the end, or
+    /// (a uprobe's) told to be another reason's once named.
+    pub(crate) not_kept: u64,
+}
+
+impl Gate {
+    /// Whether the parts add up to the calls.
+    #[cfg(test)]
+    pub(crate) fn holds(&self) -> bool {
+        self.shown + self.sampled_out + self.rate_capped + self.ringbuf_full + self.not_kept
+            == self.calls
+    }
+}
+
+/// A reason's gate counts (see Gate): a reason's, or, named "(unresolved)",
+/// a uprobe's calls from sites not resolved yet, sent untagged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReasonGate {
+    pub(crate) reason: String,
+    pub(crate) gate: Gate,
+}
+
 /// One stretch of stack capture: a reason captured from `start` to `end`
 /// (seconds since the run started).
 #[derive(Debug, Clone, PartialEq)]
@@ -317,6 +351,9 @@ pub(crate) struct Summary {
     pub(crate) stacks_sent: u64,
     /// Stacks the background sampler sent (shown or not).
     pub(crate) stacks_background: u64,
+    /// Each captured reason's calls at the stack gate, and what became of
+    /// them.
+    pub(crate) gates: Vec<ReasonGate>,
     pub(crate) verify: Option<Verify>,
     /// Calls the site cache did not serve (new sites, deeper-frame rules,
     /// callers not found, fentry frames the quick read misses): the ones

@@ -18,8 +18,12 @@
 //!   served all the same;
 //! - with `serve --capture`, `topdown_capture_active{function,reason}`: 1
 //!   for the reason whose stacks are captured now, 0 for those captured
-//!   before; and `topdown_stacks_total{function,reason}`: stacks captured
-//!   since serve started.
+//!   before; `topdown_stacks_total{function,reason}`: stacks captured
+//!   since serve started; and the calls of each reason captured since,
+//!   `topdown_capture_calls_total{function,reason}`, as the sum over
+//!   `topdown_capture_outcomes_total{function,reason,outcome}` of what
+//!   became of them (shown, sampled_out, rate_capped, ringbuf_full,
+//!   not_kept: the summary's capture_calls).
 
 use std::fmt::Write as _;
 
@@ -28,7 +32,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::report::Pinned;
+use crate::report::{Gate, Pinned};
 
 /// A reason serve --capture has captured stacks of.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +42,9 @@ pub(crate) struct CaptureSeries {
     /// Captured now.
     pub(crate) active: bool,
     pub(crate) stacks: u64,
+    /// Its calls at the stack gate since serve started, and what became
+    /// of them.
+    pub(crate) gate: Gate,
 }
 
 /// The text formats of a scrape.
@@ -181,6 +188,16 @@ fn families(
             "Stacks captured by topdown serve --capture since it started, per reason.",
             Kind::Counter,
         );
+        let mut gate_calls = Family::new(
+            "topdown_capture_calls",
+            "Calls of a reason the stack program took while topdown serve --capture captured it.",
+            Kind::Counter,
+        );
+        let mut outcomes = Family::new(
+            "topdown_capture_outcomes",
+            "What became of those calls: they sum to topdown_capture_calls_total.",
+            Kind::Counter,
+        );
         for c in captures {
             let labels = [
                 ("function", c.function.as_str()),
@@ -188,8 +205,19 @@ fn families(
             ];
             active.add(&labels, Value::Int(u64::from(c.active)));
             stacks.add(&labels, Value::Int(c.stacks));
+            gate_calls.add(&labels, Value::Int(c.gate.calls));
+            let g = &c.gate;
+            for (outcome, n) in [
+                ("shown", g.shown),
+                ("sampled_out", g.sampled_out),
+                ("rate_capped", g.rate_capped),
+                ("ringbuf_full", g.ringbuf_full),
+                ("not_kept", g.not_kept),
+            ] {
+                outcomes.add(&[labels[0], labels[1], ("outcome", outcome)], Value::Int(n));
+            }
         }
-        all.extend([active, stacks]);
+        all.extend([active, stacks, gate_calls, outcomes]);
     }
     all
 }
@@ -409,6 +437,12 @@ mod tests {
             reason: reason.into(),
             active,
             stacks,
+            gate: Gate {
+                calls: stacks + 5,
+                shown: stacks,
+                rate_capped: 5,
+                ..Gate::default()
+            },
         };
         let t = encode(
             Format::OpenMetrics,
@@ -424,6 +458,12 @@ mod tests {
             "# TYPE topdown_stacks counter",
             "topdown_stacks_total{function=\"deferred_split_folio\",reason=\"FAULT_ALLOC\"} 3",
             "topdown_stacks_total{function=\"deferred_split_folio\",reason=\"ZAP\"} 9",
+            "# TYPE topdown_capture_calls counter",
+            "topdown_capture_calls_total{function=\"deferred_split_folio\",reason=\"ZAP\"} 14",
+            "# TYPE topdown_capture_outcomes counter",
+            "topdown_capture_outcomes_total{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"shown\"} 9",
+            "topdown_capture_outcomes_total{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"rate_capped\"} 5",
+            "topdown_capture_outcomes_total{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"not_kept\"} 0",
         ] {
             assert!(lines.contains(&want), "no `{want}` in:\n{t}");
         }
@@ -448,6 +488,12 @@ mod tests {
             reason: "ZAP".into(),
             active: true,
             stacks: 9,
+            gate: Gate {
+                calls: 10,
+                shown: 9,
+                not_kept: 1,
+                ..Gate::default()
+            },
         };
         let t = encode(
             Format::Prometheus,
@@ -487,6 +533,16 @@ topdown_capture_active{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 1
 # HELP topdown_stacks_total Stacks captured by topdown serve --capture since it started, per reason.
 # TYPE topdown_stacks_total counter
 topdown_stacks_total{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 9
+# HELP topdown_capture_calls_total Calls of a reason the stack program took while topdown serve --capture captured it.
+# TYPE topdown_capture_calls_total counter
+topdown_capture_calls_total{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 10
+# HELP topdown_capture_outcomes_total What became of those calls: they sum to topdown_capture_calls_total.
+# TYPE topdown_capture_outcomes_total counter
+topdown_capture_outcomes_total{{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"shown\"}} 9
+topdown_capture_outcomes_total{{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"sampled_out\"}} 0
+topdown_capture_outcomes_total{{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"rate_capped\"}} 0
+topdown_capture_outcomes_total{{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"ringbuf_full\"}} 0
+topdown_capture_outcomes_total{{function=\"deferred_split_folio\",reason=\"ZAP\",outcome=\"not_kept\"}} 1
 "
         );
         assert_eq!(t, want);
@@ -500,6 +556,7 @@ topdown_stacks_total{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 9
             reason: "ZAP".into(),
             active: false,
             stacks: 3,
+            gate: Gate::default(),
         }];
         let samples = |f: Format| -> Vec<String> {
             let t = encode(f, &[pinned()], &["vfs_read".into()], Some(&capture));
@@ -548,6 +605,11 @@ topdown_stacks_total{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 9
             reason: "ZAP".into(),
             active: true,
             stacks: 9,
+            gate: Gate {
+                calls: 9,
+                shown: 9,
+                ..Gate::default()
+            },
         }];
         let args = (&[p][..], &["vfs_read".to_string()][..], Some(&capture[..]));
         let plain = encode(Format::Prometheus, args.0, args.1, args.2);

@@ -8,7 +8,7 @@ pub(crate) use crate::report::fit::Fit;
 use crate::report::text_compare::{before_after, interval_changes};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
-    ReasonRow, ReasonStacks, Summary,
+    ReasonGate, ReasonRow, ReasonStacks, Summary,
 };
 
 /// The columns of a table row besides REASON.
@@ -186,6 +186,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if !sum.captures.is_empty() {
         s.push_str(&captures(sum));
     }
+    if !sum.gates.is_empty() {
+        s.push_str(&gates(&sum.gates));
+    }
     for st in &sum.stacks {
         if st.total() > 0 {
             s.push_str(&top_processes(st, top));
@@ -218,6 +221,28 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         if let Some((kind, c)) = &sum.companion {
             let _ = writeln!(s, "  empty {kind} companion: {}", cost(c));
         }
+    }
+    s
+}
+
+/// Each captured reason's calls at the stack gate, as the sum of what
+/// became of them (the causes that took none left out).
+pub(crate) fn gates(gates: &[ReasonGate]) -> String {
+    let w = gates.iter().map(|g| g.reason.len()).max().unwrap_or(0);
+    let mut s = String::from("  calls while captured, and what became of them:\n");
+    for ReasonGate { reason, gate: g } in gates {
+        let mut parts = vec![format!("{} shown", g.shown)];
+        for (n, what) in [
+            (g.sampled_out, "sampled out"),
+            (g.rate_capped, "rate capped"),
+            (g.ringbuf_full, "ring buffer full"),
+            (g.not_kept, "not kept"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        let _ = writeln!(s, "    {reason:<w$}  {} = {}", g.calls, parts.join(" + "));
     }
     s
 }
@@ -470,6 +495,39 @@ mod tests {
         assert!(interval(&iv, 5, Fit::ALL).starts_with(
             "12:00:00  40 calls in 2.00s, 20.0/s; drops: stacks rate capped=12, own calls=1\n"
         ));
+    }
+
+    #[test]
+    fn the_summary_adds_up_each_captured_reasons_calls() {
+        let mut sum = sample_summary();
+        sum.gates = vec![
+            ReasonGate {
+                reason: "ZAP".into(),
+                gate: crate::report::Gate {
+                    calls: 150,
+                    shown: 16,
+                    rate_capped: 130,
+                    not_kept: 4,
+                    ..Default::default()
+                },
+            },
+            ReasonGate {
+                reason: "FAULT_ALLOC".into(),
+                gate: crate::report::Gate {
+                    calls: 3,
+                    shown: 3,
+                    ..Default::default()
+                },
+            },
+        ];
+        let t = summary(&sum, 5);
+        assert!(
+            t.contains(
+                "  calls while captured, and what became of them:\n    ZAP          150 = 16 shown + 130 rate capped + 4 not kept\n    FAULT_ALLOC  3 = 3 shown\n"
+            ),
+            "{t}"
+        );
+        assert!(!summary(&sample_summary(), 5).contains("calls while captured"));
     }
 
     #[test]

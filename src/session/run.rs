@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::bpf::abi::NR_SLOTS;
+use crate::bpf::abi::{NR_SLOTS, NR_STACK_STATS};
 use crate::bpf::ctl::mono_ns;
 use crate::bpf::maps::Maps;
 use crate::bpf::percpu::Stats;
@@ -19,6 +19,7 @@ use crate::report::compare::{self, Side};
 use crate::report::fit::Fit;
 use crate::report::printer::Printer;
 use crate::report::{self, Baseline, FilterInfo, RunInfo, Summary};
+use crate::session::state::since_gates;
 use crate::symbolize::Symbols;
 
 use super::background::Kept;
@@ -93,6 +94,8 @@ pub(super) struct Run<'a, 'obj> {
     stacks: Stacks,
     /// The counters at the start (a pinned instance has counted before).
     base_stats: Stats,
+    /// Each reason's stack path counters at the start (empty: all 0).
+    base_gates: Vec<[u64; NR_STACK_STATS]>,
     base_prog: ProgStats,
     budget: u64,
     own: u32,
@@ -150,14 +153,20 @@ impl<'a, 'obj> Run<'a, 'obj> {
         // counted before, and the run reports what happened since. An
         // object loaded for this run starts at zero (and two readings
         // could not be taken at the same instant).
-        let (base, base_stats, base_prog) = if probe.is_pinned() {
+        let (base, base_stats, base_prog, base_gates) = if probe.is_pinned() {
             (
                 poller.totals(probe.maps(), ksyms, mapper, None)?,
                 poller.stats(probe.maps())?,
                 probe.prog_stats(),
+                probe.maps().reason_stacks(0..=NR_SLOTS as u32)?,
             )
         } else {
-            (vec![0; NR_SLOTS], Stats::default(), ProgStats::default())
+            (
+                vec![0; NR_SLOTS],
+                Stats::default(),
+                ProgStats::default(),
+                Vec::new(),
+            )
         };
         let mut state = State::new(trigger, base.clone(), base_stats, base_prog);
         // The ring buffer is set up before anything can be captured, so
@@ -172,6 +181,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             func_addr,
             user_target: probe.mode() == Mode::Uprobe,
             kept: Kept::default(),
+            untagged_shown: Default::default(),
         };
         let start = Instant::now();
         let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
@@ -196,6 +206,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             stacks,
             base_stats,
             base_prog,
+            base_gates,
             budget,
             own: std::process::id(),
             start,
@@ -401,16 +412,21 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let companion = self.probe.companion_stats();
         let detached = self.probe.detach();
         let prog = self.probe.prog_stats().since(&self.base_prog);
-        let (totals, stats) = match (|| {
+        let (totals, stats, gates) = match (|| {
             detached?;
             self.stacks
                 .drain(self.ksyms, self.mapper, &mut self.state)?;
             let totals = self.totals()?;
+            let gates = since_gates(
+                &self.probe.maps().reason_stacks(0..=NR_SLOTS as u32)?,
+                &self.base_gates,
+            );
             Ok((
                 totals,
                 self.poller
                     .stats(self.probe.maps())?
                     .since(&self.base_stats),
+                gates,
             ))
         })() {
             Ok(t) => t,
@@ -436,6 +452,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
                     .unwrap_or_default(),
                 info: &self.info,
                 filter: FilterInfo::of(&self.filter),
+                gates: &gates,
+                untagged_shown: &self.stacks.untagged_shown,
             },
             &self.mapper.reasons,
         );

@@ -1,6 +1,7 @@
 //! Tier 2 I/O of a run: the ring buffer of stack samples, and their
 //! symbolization into the run's state.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NONE};
@@ -28,6 +29,9 @@ pub(super) struct Stacks {
     pub(super) user_target: bool,
     /// The background sampler's stacks, until their reason qualifies.
     pub(super) kept: Kept,
+    /// A uprobe's untagged stacks shown, by the reason they were found to
+    /// be (see End::untagged_shown).
+    pub(super) untagged_shown: HashMap<u32, u64>,
 }
 
 impl Stacks {
@@ -96,6 +100,10 @@ impl Stacks {
             for s in samples.iter_mut().filter(|s| s.reason == SLOT_NONE) {
                 let name = self.symbols.user_caller(s.pid, s.caller);
                 s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
+                // Shown below, and counted apart from the reason's own.
+                if !s.background && Some(s.reason) == target {
+                    *self.untagged_shown.entry(s.reason).or_default() += 1;
+                }
             }
         }
         let (background, captured): (Vec<_>, Vec<_>) =

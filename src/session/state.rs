@@ -5,15 +5,15 @@
 
 use std::collections::HashMap;
 
-use crate::bpf::abi::{StackStat, Stat, SLOT_NOT_FOUND, SLOT_SITES_FULL};
+use crate::bpf::abi::{StackStat, Stat, NR_SLOTS, NR_STACK_STATS, SLOT_NOT_FOUND, SLOT_SITES_FULL};
 use crate::bpf::percpu::Stats;
 use crate::bpf::probe::Mode;
 use crate::bpf::probe::ProgStats;
 use crate::reasons::Reasons;
 use crate::report::RunInfo;
 use crate::report::{
-    CaptureSpan, Cost, Drops, FilterInfo, IntervalReport, Phase, Process, ReasonStacks, Stack,
-    Summary, Verify,
+    CaptureSpan, Cost, Drops, FilterInfo, Gate, IntervalReport, Phase, Process, ReasonGate,
+    ReasonStacks, Stack, Summary, Verify,
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
@@ -37,7 +37,43 @@ pub(crate) struct End<'a> {
     pub(crate) tail_sites: crate::tailcall::Sites,
     pub(crate) info: &'a RunInfo,
     pub(crate) filter: Option<FilterInfo>,
+    /// Each reason's stack path counters since the start, by slot (index
+    /// NR_SLOTS: a uprobe's untagged calls), each indexed by StackStat.
+    pub(crate) gates: &'a [[u64; NR_STACK_STATS]],
+    /// Of a uprobe's untagged stacks, those shown, by the reason they were
+    /// found to be.
+    pub(crate) untagged_shown: &'a HashMap<u32, u64>,
 }
+
+/// Each reason's stack path counters `now` less those at the start.
+pub(crate) fn since_gates(
+    now: &[[u64; NR_STACK_STATS]],
+    base: &[[u64; NR_STACK_STATS]],
+) -> Vec<[u64; NR_STACK_STATS]> {
+    now.iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let b = base.get(i).copied().unwrap_or([0; NR_STACK_STATS]);
+            std::array::from_fn(|k| row[k].wrapping_sub(b[k]))
+        })
+        .collect()
+}
+
+/// The gate counts of row `g` whose stacks shown are `shown`.
+pub(super) fn gate(g: &[u64; NR_STACK_STATS], shown: u64) -> Gate {
+    let at = |s: StackStat| g[s.0 as usize];
+    Gate {
+        calls: at(StackStat::TD_STACK_MATCHED),
+        shown,
+        sampled_out: at(StackStat::TD_STACK_SAMPLED_OUT),
+        rate_capped: at(StackStat::TD_STACK_RATE_CAPPED),
+        ringbuf_full: at(StackStat::TD_STACK_RINGBUF_FULL),
+        not_kept: at(StackStat::TD_STACK_EMITTED).saturating_sub(shown),
+    }
+}
+
+/// The gate counts' name for a uprobe's calls from sites not resolved yet.
+pub(crate) const UNRESOLVED: &str = "(unresolved)";
 
 /// A stretch of capture of one reason.
 #[derive(Debug, Clone)]
@@ -224,6 +260,51 @@ impl State {
         }
     }
 
+    /// Each reason captured (or whose calls the gate took), in the order
+    /// capture first reached it: its calls at the gate and what became of
+    /// them; last, a uprobe's untagged calls, if any.
+    fn gates(&self, end: &End<'_>, reasons: &Reasons) -> Vec<ReasonGate> {
+        let matched = |slot: usize| {
+            end.gates
+                .get(slot)
+                .map_or(0, |g| g[StackStat::TD_STACK_MATCHED.0 as usize])
+        };
+        let mut order: Vec<u32> = Vec::new();
+        for s in &self.spans {
+            if !order.contains(&s.slot) {
+                order.push(s.slot);
+            }
+        }
+        for slot in 0..NR_SLOTS.min(end.gates.len()) {
+            if matched(slot) > 0 && !order.contains(&(slot as u32)) {
+                order.push(slot as u32);
+            }
+        }
+        let empty = [0; NR_STACK_STATS];
+        let mut out: Vec<ReasonGate> = order
+            .into_iter()
+            .map(|slot| {
+                let shown = self.tallies.get(&slot).map_or(0, |t| {
+                    let (total, ..) = t.run();
+                    total - t.background.1
+                });
+                let untagged = end.untagged_shown.get(&slot).copied().unwrap_or(0);
+                let g = end.gates.get(slot as usize).unwrap_or(&empty);
+                ReasonGate {
+                    reason: reasons.name(slot).to_string(),
+                    gate: gate(g, shown.saturating_sub(untagged)),
+                }
+            })
+            .collect();
+        if matched(NR_SLOTS) > 0 {
+            out.push(ReasonGate {
+                reason: UNRESOLVED.to_string(),
+                gate: gate(&end.gates[NR_SLOTS], end.untagged_shown.values().sum()),
+            });
+        }
+        out
+    }
+
     /// The summary of the whole run.
     pub(crate) fn finish(&self, end: &End<'_>, reasons: &Reasons) -> Summary {
         let run = Interval::between(&self.base, end.totals, end.secs);
@@ -263,6 +344,7 @@ impl State {
                 }
             })
             .collect();
+        let gates = self.gates(end, reasons);
         let captures = self
             .spans
             .iter()
@@ -299,6 +381,7 @@ impl State {
             stacks_matched: st.stack(StackStat::TD_STACK_MATCHED),
             stacks_sent: st.stack(StackStat::TD_STACK_EMITTED),
             stacks_background: st.stack(StackStat::TD_STACK_BG_SENT),
+            gates,
             verify: end.verify_caller.then(|| Verify {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
@@ -396,6 +479,8 @@ mod tests {
             verify_caller: false,
             tail_sites: Default::default(),
             filter: None,
+            gates: &[],
+            untagged_shown: Box::leak(Box::default()),
         }
     }
 
@@ -560,6 +645,93 @@ mod tests {
         assert_eq!(sum.phase, Phase::Counting);
         assert!(sum.stacks.is_empty() && sum.captures.is_empty());
         assert_eq!(sum.verify.unwrap().checked, 1);
+    }
+
+    /// A gate row: calls, then sampled out, rate capped, ring buffer
+    /// full and emitted.
+    fn gate_row(
+        calls: u64,
+        sampled: u64,
+        capped: u64,
+        full: u64,
+        sent: u64,
+    ) -> [u64; NR_STACK_STATS] {
+        let mut g = [0; NR_STACK_STATS];
+        for (k, n) in [
+            (StackStat::TD_STACK_MATCHED, calls),
+            (StackStat::TD_STACK_SAMPLED_OUT, sampled),
+            (StackStat::TD_STACK_RATE_CAPPED, capped),
+            (StackStat::TD_STACK_RINGBUF_FULL, full),
+            (StackStat::TD_STACK_EMITTED, sent),
+        ] {
+            g[k.0 as usize] = n;
+        }
+        g
+    }
+
+    #[test]
+    fn every_captured_call_is_a_stack_shown_or_a_counted_drop() {
+        let r = reasons();
+        let mut s = fault_captured();
+        // FAULT: 10 calls at the gate, 2 sampled out, 3 capped, 1 lost to
+        // a full buffer, 4 sent, of which 3 arrived (one left unread).
+        for ts in [510, 520, 530] {
+            s.add_stack(2, stack("fault"), thp(), ts, false);
+        }
+        s.add_stack(2, stack("fault"), thp(), 540, true);
+        // A uprobe's untagged calls: 5, 3 sent, 2 of them shown as FAULT's
+        // (counted apart from FAULT's own).
+        s.add_stack(2, stack("fault"), thp(), 550, false);
+        s.add_stack(2, stack("fault"), thp(), 560, false);
+        let mut gates = vec![[0; NR_STACK_STATS]; NR_SLOTS + 1];
+        gates[2] = gate_row(10, 2, 3, 1, 4);
+        gates[NR_SLOTS] = gate_row(5, 0, 2, 0, 3);
+        let untagged: HashMap<u32, u64> = [(2, 2)].into();
+        let t = totals(0, 100, 0);
+        let mut e = end(&t, Stats::default());
+        e.gates = &gates;
+        e.untagged_shown = &untagged;
+        let sum = s.finish(&e, &r);
+        let got: Vec<(&str, Gate)> = sum
+            .gates
+            .iter()
+            .map(|g| (g.reason.as_str(), g.gate))
+            .collect();
+        let fault = Gate {
+            calls: 10,
+            shown: 3,
+            sampled_out: 2,
+            rate_capped: 3,
+            ringbuf_full: 1,
+            not_kept: 1,
+        };
+        let untold = Gate {
+            calls: 5,
+            shown: 2,
+            rate_capped: 2,
+            not_kept: 1,
+            ..Gate::default()
+        };
+        assert_eq!(got, vec![("FAULT", fault), (UNRESOLVED, untold)]);
+        assert!(sum.gates.iter().all(|g| g.gate.holds()));
+    }
+
+    #[test]
+    fn a_reason_the_gate_took_without_a_span_is_listed_after_the_spans() {
+        let r = reasons();
+        let s = fault_captured();
+        let mut gates = vec![[0; NR_STACK_STATS]; NR_SLOTS + 1];
+        gates[3] = gate_row(4, 0, 4, 0, 0);
+        let t = totals(0, 100, 0);
+        let mut e = end(&t, Stats::default());
+        e.gates = &gates;
+        let names: Vec<String> = s
+            .finish(&e, &r)
+            .gates
+            .into_iter()
+            .map(|g| g.reason)
+            .collect();
+        assert_eq!(names, ["FAULT", "ZAP"]);
     }
 
     #[test]

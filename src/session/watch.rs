@@ -5,22 +5,24 @@
 //! the same symbolization as `session::run`; what it captures goes to the
 //! caller instead of a summary.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::bpf::abi::SLOT_NONE;
+use crate::bpf::abi::{NR_SLOTS, NR_STACK_STATS, SLOT_NONE};
 use crate::bpf::ctl::mono_ns;
 use crate::bpf::pin::{Instance, Lock};
 use crate::bpf::probe::{Mode, Probe};
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::reasons::Mapper;
-use crate::report::{Process, Stack};
+use crate::report::{Gate, Process, Stack};
 use crate::symbolize::Symbols;
 
 use super::background::Kept;
 use super::capture::Capture;
 use super::poll::Poller;
 use super::stacks::Stacks;
+use super::state::{gate, since_gates};
 use super::timing::{per_cpu_budget, REFILL, TICK};
 use super::trigger::announcement;
 use super::trigger::{Trigger, TriggerConfig};
@@ -50,6 +52,13 @@ pub(crate) struct Watch {
     /// The pinned program has the background sampler: the site cache is
     /// flagged for it every tick.
     background: bool,
+    /// The stack path's counters per reason when the watch began; the
+    /// reasons captured since, with their stacks shown; their gate counts
+    /// as last read (taken by take_gates), and when to read them next.
+    base_gates: Vec<[u64; NR_STACK_STATS]>,
+    shown: BTreeMap<u32, u64>,
+    gates: Option<Vec<(String, Gate)>>,
+    next_gates: Instant,
     _lock: Lock,
 }
 
@@ -75,6 +84,7 @@ impl Watch {
         let mut trigger = Trigger::new(TriggerConfig { auto: true, ..cfg }, None);
         trigger.start_from(&base);
         let capture = Some(Capture::new(inst.probe.maps().samples()?)?);
+        let base_gates = inst.probe.maps().reason_stacks(0..=NR_SLOTS as u32)?;
         let meta = &inst.meta;
         let now = Instant::now();
         Ok(Watch {
@@ -86,6 +96,7 @@ impl Watch {
                 func_addr: meta.func_addr,
                 user_target: inst.probe.mode() == Mode::Uprobe,
                 kept: Kept::default(),
+                untagged_shown: Default::default(),
             },
             background: meta.background > 0,
             probe: inst.probe,
@@ -96,6 +107,10 @@ impl Watch {
             next_tick: now + TICK,
             next_refill: now + REFILL,
             budget: per_cpu_budget(max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1)),
+            base_gates,
+            shown: BTreeMap::new(),
+            gates: None,
+            next_gates: now + REFILL,
             _lock: lock,
         })
     }
@@ -115,6 +130,34 @@ impl Watch {
         self.trigger
             .target()
             .map(|s| self.mapper.reasons.name(s).to_string())
+    }
+
+    /// The gate counts of the reasons captured since the watch began, if
+    /// read again since the last call.
+    pub(crate) fn take_gates(&mut self) -> Option<Vec<(String, Gate)>> {
+        self.gates.take()
+    }
+
+    /// Reads the gate counts of the reasons captured (see take_gates).
+    fn read_gates(&mut self) -> Result<()> {
+        let now = self
+            .probe
+            .maps()
+            .reason_stacks(self.shown.keys().copied())?;
+        let rows = since_gates(&now, &self.base_gates);
+        let names = &self.mapper.reasons;
+        self.gates = Some(
+            self.shown
+                .iter()
+                .map(|(&slot, &shown)| {
+                    (
+                        names.name(slot).to_string(),
+                        gate(&rows[slot as usize], shown),
+                    )
+                })
+                .collect(),
+        );
+        Ok(())
     }
 
     /// When `step` has work next.
@@ -141,6 +184,9 @@ impl Watch {
         }
         let target = self.trigger.target();
         let (mut taken, background) = self.stacks.take(ksyms, &mut self.mapper, target);
+        for (slot, ..) in &taken {
+            *self.shown.entry(*slot).or_default() += 1;
+        }
         taken.extend(background);
         let now = Instant::now();
         let mut said = None;
@@ -175,6 +221,7 @@ impl Watch {
                 self.probe.maps().refill(self.budget)?;
                 self.stacks
                     .switch_on(&mut self.probe, ksyms, &self.mapper, d.switch.to())?;
+                self.shown.entry(d.switch.to()).or_default();
                 self.next_refill = now + REFILL;
             }
             while self.next_tick <= now {
@@ -186,6 +233,10 @@ impl Watch {
             self.next_refill = now + REFILL;
         } else if self.trigger.target().is_none() {
             self.next_refill = now + Duration::from_secs(3600);
+        }
+        if now >= self.next_gates && !self.shown.is_empty() {
+            self.read_gates()?;
+            self.next_gates = now + REFILL;
         }
         let names = &self.mapper.reasons;
         let got = taken

@@ -8,7 +8,7 @@ use crate::bpf::probe::Mode;
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 
 use crate::report::{
-    CaptureSpan, Cost, Distribution, Drops, FilterInfo, IntervalReport, Pinned, ProcessCount,
+    CaptureSpan, Cost, Distribution, Drops, FilterInfo, Gate, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary, Verify,
 };
 use crate::report::{Change, Comparison, FixApplied, LoadMoved};
@@ -334,6 +334,13 @@ struct StackSet<'a> {
 }
 
 #[derive(Serialize)]
+struct GateJson<'a> {
+    reason: &'a str,
+    #[serde(flatten)]
+    gate: Gate,
+}
+
+#[derive(Serialize)]
 struct CaptureJson<'a> {
     reason: &'a str,
     start: Num,
@@ -390,6 +397,9 @@ struct SummaryJson<'a> {
     stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
     captures: Vec<CaptureJson<'a>>,
+    /// Each captured reason's calls at the stack gate: calls = shown +
+    /// sampled_out + rate_capped + ringbuf_full + not_kept.
+    capture_calls: Vec<GateJson<'a>>,
     verify: Option<Verify>,
     uncached: u64,
     bpf: Cost,
@@ -445,6 +455,14 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
             })
             .collect(),
         captures: sum.captures.iter().map(CaptureJson::of).collect(),
+        capture_calls: sum
+            .gates
+            .iter()
+            .map(|g| GateJson {
+                reason: &g.reason,
+                gate: g.gate,
+            })
+            .collect(),
         verify: sum.verify,
         uncached: sum.uncached,
         bpf: sum.cost,

@@ -96,7 +96,7 @@ fn summary_shape() {
     assert!(j.starts_with("{\"type\":\"summary\",\"schema\":2,\"func\":\"f\",\"mode\":\"fentry\""));
     // Field order is part of the line format the guest tests grep.
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys.len(), 37, "{keys:?}");
+    assert_eq!(keys.len(), 38, "{keys:?}");
     assert_eq!(v["kernel"], "6.12.0");
     assert_eq!(v["start"], 1_700_000_000);
     // 75% is below the 80% threshold: a top reason, no hot one.
@@ -116,4 +116,29 @@ fn summary_shape() {
     assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);
     assert_eq!(v["captures"][1]["first_stack_ns"], serde_json::Value::Null);
     assert_eq!(v["captures"][1]["calls"], 30);
+}
+
+#[test]
+fn each_captured_reasons_calls_are_one_object_in_report_order() {
+    let mut sum = sample_summary();
+    sum.gates = vec![crate::report::ReasonGate {
+        reason: "ZAP".into(),
+        gate: crate::report::Gate {
+            calls: 9,
+            shown: 2,
+            sampled_out: 1,
+            rate_capped: 5,
+            ringbuf_full: 0,
+            not_kept: 1,
+        },
+    }];
+    let j = summary(&sum, 5);
+    // The guest tests grep it field by field.
+    assert!(
+        j.contains(
+            "\"capture_calls\":[{\"reason\":\"ZAP\",\"calls\":9,\"shown\":2,\"sampled_out\":1,\"rate_capped\":5,\"ringbuf_full\":0,\"not_kept\":1}]"
+        ),
+        "{j}"
+    );
+    assert!(summary(&sample_summary(), 5).contains("\"capture_calls\":[]"));
 }

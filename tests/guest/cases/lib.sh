@@ -282,6 +282,35 @@ td_stop() {
 	TD_SUMMARY=$(grep '"type":"summary"' "$TD_OUT")
 	[ -n "$TD_SUMMARY" ] || [ "${1:-INT}" = KILL ] || { cat "$TD_ERR"; fail "no summary from topdown"; }
 	[ -z "$TD_SUMMARY" ] || echo "summary: $TD_SUMMARY" | cut -c1-2000
+	[ -z "$TD_SUMMARY" ] || gates_hold
+}
+
+# gate_num REASON FIELD: field FIELD (calls, shown, rate_capped, ...) of REASON's
+# capture_calls entry in $TD_SUMMARY (0 if it has none).
+gate_num() {
+	_v=$(echo "$TD_SUMMARY" | grep -o '"capture_calls":\[[^]]*\]' | grep -o "{\"reason\":\"$1\"[^}]*}" |
+		grep -o "\"$2\":[0-9]*" | cut -d: -f2)
+	echo "${_v:-0}"
+}
+
+# gates_hold: in $TD_SUMMARY, every captured reason's calls at the stack gate equal its
+# stacks shown plus each cause of the others (capture_calls), else fail: checked on
+# every run that ends with a summary.
+gates_hold() {
+	_bad=$(echo "$TD_SUMMARY" | grep -o '"capture_calls":\[[^]]*\]' | grep -o '{[^}]*}' |
+		while read -r _g; do
+			_sum=0
+			for _k in shown sampled_out rate_capped ringbuf_full not_kept; do
+				_sum=$((_sum + $(echo "$_g" | grep -o "\"$_k\":[0-9]*" | cut -d: -f2)))
+			done
+			_calls=$(echo "$_g" | grep -o '"calls":[0-9]*' | cut -d: -f2)
+			if [ "$_sum" = "$_calls" ]; then
+				echo "$_g" | sed 's/^{"reason":"\([^"]*\)".*/ok: \1: capture calls add up/; s/$/ '"$_calls"'/' >&2
+			else
+				echo "$_g"
+			fi
+		done)
+	[ -z "$_bad" ] || fail "capture calls do not add up (shown + drops): $_bad"
 }
 
 # reason_count NAME: the run's count for reason NAME in $TD_SUMMARY (0 if it has no row).

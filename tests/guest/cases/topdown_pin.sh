@@ -218,11 +218,13 @@ if [ $FN = deferred_split_huge_page ]; then
 	expect_eq "reader: MUNMAP" "$(reason_count MUNMAP)" 256
 	expect_eq "reader: EXIT" "$(reason_count EXIT)" 256
 	expect_eq "reader: stacks of MUNMAP" "$(summary_num stacks_captured)" 256
+	expect_eq "reader: MUNMAP's calls at the stack gate" "$(gate_num MUNMAP calls)" 256
 	KILLED="--munmap-halves 1"
 else
 	expect_eq "reader: ZAP" "$(reason_count ZAP)" $P
 	expect_eq "reader: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $P
 	expect_eq "reader: stacks of ZAP" "$(summary_num stacks_captured)" $P
+	expect_eq "reader: ZAP's calls at the stack gate" "$(gate_num ZAP calls)" $P
 	KILLED="--faults $F"
 fi
 td_start $FN -i 1 --stack-on $KILLED_ON

@@ -91,6 +91,21 @@ echo "stacks: $R2 $zap, $R1 $faults"
 [ "$faults" -gt 0 ] && [ "$faults" -le $first ] || fail "$R1 stacks $faults, want 1..$first"
 expect_eq "calls $R2" "$(metric "topdown_calls_total{function=\"$F\",reason=\"$R2\"}")" $((PER * N))
 expect_eq "calls $R1" "$(metric "topdown_calls_total{function=\"$F\",reason=\"$R1\"}")" $first
+# Each captured reason's calls at the stack gate add up to what became of them
+# (read once a second: R1's, captured seconds ago, are there).
+for r in $R1 $R2; do
+	c=$(metric "topdown_capture_calls_total{function=\"$F\",reason=\"$r\"}")
+	[ -n "$c" ] || [ $r = $R2 ] || fail "no topdown_capture_calls_total of $r"
+	[ -n "$c" ] || continue
+	sum=0
+	for o in shown sampled_out rate_capped ringbuf_full not_kept; do
+		n=$(metric "topdown_capture_outcomes_total{function=\"$F\",reason=\"$r\",outcome=\"$o\"}")
+		[ -n "$n" ] || fail "no $o outcome of $r"
+		sum=$((sum + n))
+		echo "capture outcome of $r: $o $n"
+	done
+	expect_eq "capture calls of $r = the sum of their outcomes" "$sum" "$c"
+done
 # Calls are over (6.1, 5.10: held): the same series in both scrapes.
 check_formats "serve --capture" $URL $F
 if [ $F = deferred_split_huge_page ]; then

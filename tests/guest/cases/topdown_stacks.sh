@@ -55,6 +55,8 @@ if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	# dropped for the rate.
 	expect_eq "auto: captured + dropped = matched" \
 		$((captured + $(summary_num stacks_rate_capped) + $(summary_num stacks_ringbuf_full))) "$(summary_num stacks_matched)"
+	expect_eq "auto: MUNMAP's calls at the gate" "$(gate_num MUNMAP calls)" "$(summary_num stacks_matched)"
+	expect_eq "auto: MUNMAP's rate capped" "$(gate_num MUNMAP rate_capped)" "$(summary_num stacks_rate_capped)"
 	echo "$TD_SUMMARY" | grep -q "\"$TD_ZAP_WALK+0x" || fail "auto: no $TD_ZAP_WALK frame"
 	expect_eq "auto: first frames" "$(first_frames)" page_remove_rmap
 	expect_eq "folded lines not under MUNMAP" "$(grep -vc '^MUNMAP;' "$TD_TMP/folded")" 0
@@ -119,6 +121,9 @@ captured=$(summary_num stacks_captured)
 [ "$captured" -gt 0 ] && [ "$captured" -lt $N ] || fail "auto: captured $captured stacks, want 1..$((N - 1))"
 expect_eq "auto: captured = sent" "$captured" "$(summary_num stacks_sent)"
 expect_eq "auto: captured = matched" "$captured" "$(summary_num stacks_matched)"
+# The one reason captured: its own gate counts are the run's.
+expect_eq "auto: ZAP's calls at the gate" "$(gate_num ZAP calls)" "$(summary_num stacks_matched)"
+expect_eq "auto: ZAP's stacks shown" "$(gate_num ZAP shown)" "$captured"
 echo "$TD_SUMMARY" | grep -q "\"$TD_ZAP_WALK+0x" || fail "auto: no $TD_ZAP_WALK frame"
 expect_eq "auto: first frames" "$(first_frames)" folio_remove_rmap_ptes
 # Folded: the reason, then the frames root first, the traced function as the leaf,
@@ -139,6 +144,7 @@ td_stop INT
 expect_eq "stack-on: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" $F
 expect_eq "stack-on: captured" "$(summary_num stacks_captured)" $F
 expect_eq "stack-on: matched" "$(summary_num stacks_matched)" $F
+expect_eq "stack-on: FAULT_ALLOC's calls at the gate" "$(gate_num FAULT_ALLOC calls)" $F
 echo "$TD_SUMMARY" | grep -q '"handle_mm_fault+0x' || fail "stack-on: no handle_mm_fault frame"
 expect_eq "stack-on: first frames" "$(first_frames)" $TD_THP_FAULT
 expect_eq "stack-on: drops" "$(summary_num stacks_rate_capped)$(summary_num stacks_ringbuf_full)" 00
