@@ -264,6 +264,17 @@ fn btf_has_names(btf: &[u8], names: &[&str]) -> Vec<bool> {
 }
 
 /// The running kernel's release, as `uname -r` prints it.
+/// How many CPUs are online (/sys/devices/system/cpu/online), at least 1;
+/// the possible CPUs where that cannot be read.
+pub(crate) fn online_cpus() -> usize {
+    fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| crate::filter::cpu_list(s.trim()).ok())
+        .map(|l| l.0.len())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| libbpf_rs::num_possible_cpus().unwrap_or(1))
+}
+
 pub(crate) fn kernel_release() -> Option<String> {
     fs::read_to_string("/proc/sys/kernel/osrelease")
         .ok()

@@ -137,9 +137,10 @@ struct td_counts {
 };
 
 /*
- * Stacks a CPU may still send. User space refills it on every tick while
- * capturing (the rate cap: no clock read per call), so capture also stops
- * by itself within a tick if topdown stops refilling.
+ * Stacks a CPU may still send. User space refills it every second while
+ * capturing (the rate cap: no clock read per call), --max-rate split over
+ * the CPUs online, so capture also stops by itself within a second if
+ * topdown stops refilling.
  */
 struct td_budget {
 	__u64 left;

@@ -184,7 +184,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             untagged_shown: Default::default(),
         };
         let start = Instant::now();
-        let budget = per_cpu_budget(opts.max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1));
+        let budget = per_cpu_budget(opts.max_rate, crate::host::online_cpus());
         if let Some(slot) = stack_on {
             // The budget first: a call between the two would find none.
             probe.maps().refill(budget)?;

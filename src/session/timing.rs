@@ -13,7 +13,9 @@ pub(super) const TICK: Duration = Duration::from_millis(50);
 pub(super) const REFILL: Duration = Duration::from_secs(1);
 
 /// The stack budget per CPU and refill: the BPF side keeps one budget per
-/// CPU so the hot path needs no shared state. Rounded up, and at least 1.
+/// CPU so the hot path needs no shared state. Split over the CPUs online
+/// (the possible ones can be many more: a machine with room for 256 CPUs
+/// and 8 online would get a 32nd of --max-rate). Rounded up, and at least 1.
 pub(super) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
     max_rate.div_ceil(cpus.max(1) as u64).max(1)
 }

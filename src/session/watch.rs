@@ -106,7 +106,7 @@ impl Watch {
             start: now,
             next_tick: now + TICK,
             next_refill: now + REFILL,
-            budget: per_cpu_budget(max_rate, libbpf_rs::num_possible_cpus().unwrap_or(1)),
+            budget: per_cpu_budget(max_rate, crate::host::online_cpus()),
             base_gates,
             shown: BTreeMap::new(),
             gates: None,
