@@ -135,6 +135,19 @@ fn steered(p: &Probe<'_>) -> (u64, u32, u32, [u8; 4]) {
     }
 }
 
+/// A capturing program steered as a pinned instance's reader steers it
+/// (under a lease), with site `ret` resolved to `slot`.
+fn leased_with_site(
+    storage: &mut MaybeUninit<libbpf_rs::OpenObject>,
+    ret: u64,
+    slot: u32,
+) -> Probe<'_> {
+    let mut p = selftest::load(storage, &capture_config());
+    p.maps_mut().take_leases();
+    p.maps().add_site(ret, slot).unwrap();
+    p
+}
+
 #[test]
 fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     if !crate::testing::bpf_or_skip() {
@@ -142,10 +155,7 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     }
     let a = 0xffffffff81000123;
     let mut storage = MaybeUninit::uninit();
-    let config = capture_config();
-    let mut p = selftest::load(&mut storage, &config);
-    p.maps_mut().take_leases();
-    p.maps().add_site(a, 7).unwrap();
+    let p = leased_with_site(&mut storage, a, 7);
     // A reader of another process, capturing slot 2: the lease is taken.
     p.maps().own(1);
     p.maps().capture(2, &[]).unwrap();
@@ -186,10 +196,7 @@ fn a_killed_readers_capture_is_put_back_by_the_captured_reasons_call() {
     }
     let a = 0xffffffff81000123;
     let mut storage = MaybeUninit::uninit();
-    let config = capture_config();
-    let mut p = selftest::load(&mut storage, &config);
-    p.maps_mut().take_leases();
-    p.maps().add_site(a, 7).unwrap();
+    let p = leased_with_site(&mut storage, a, 7);
     p.maps().refill(u64::MAX).unwrap();
     p.maps().capture(7, &[]).unwrap();
     let (cell, entry) = p.maps().site_cell_ptr(a, 7);
