@@ -84,6 +84,25 @@ thp_run() {
 # in some tens may see no compaction at all; up to 4 tries in a row once, on 7.3 in a boot
 # that had run the case three times): then the try is repeated with the memory
 # of the last given back. What is checked is the attribution of the calls that come.
+# The kernel's own trace events tell why kcompactd did not compact when it was woken:
+# compaction deferred after earlier failures (defer_compaction: up to 64 tries), or found
+# not suitable for the zone (compaction_suitable: too little free memory, or a
+# fragmentation index that blames the lack of memory). Runs later in a boot that ran
+# this case before (--repeat) met the second: 43 wake-ups on 5.10, each "not suitable".
+# The kernel does not promise kcompactd's work then; that outcome is taken as "not
+# testable in this boot", and only when the kernel's events show it: a wake-up that
+# went on to compact (ret=continue), with no KCOMPACTD call counted, still fails.
+EV=/sys/kernel/tracing/events/compaction
+TR=/sys/kernel/tracing
+trace_kc() {
+	for _e in mm_compaction_kcompactd_wake mm_compaction_deferred mm_compaction_suitable; do
+		[ -w "$EV/$_e/enable" ] && echo "$1" >"$EV/$_e/enable"
+	done
+	echo "$1" >$TR/tracing_on
+}
+echo nop >$TR/current_tracer
+: >$TR/trace
+trace_kc 1
 for try in 1 2 3 4 5 6; do
 	thp_run defer 60 -l 48 -s 100000
 	[ "$(reason_count KCOMPACTD)" -eq 0 ] || break
@@ -93,10 +112,26 @@ for try in 1 2 3 4 5 6; do
 	# Memory given back settles in the buddy lists: nothing marks the end.
 	sleep 2
 done
-# Other high-order allocations (slab, kernel stacks) may compact for themselves in memory
-# this fragmented: DIRECT calls beside (4 beside 4 KCOMPACTD once on 7.3). Calls of
-# kcompactd counted as DIRECT would leave KCOMPACTD at 0.
-expect_calls KCOMPACTD "in $try tries"
+trace_kc 0
+grep '^ *kcompactd' $TR/trace >"$TD_TMP/kc.trace"
+woken=$(grep -c 'mm_compaction_kcompactd_wake:' "$TD_TMP/kc.trace")
+deferred=$(grep -c 'mm_compaction_deferred:' "$TD_TMP/kc.trace")
+went_on=$(grep 'mm_compaction_suitable:' "$TD_TMP/kc.trace" | grep -c 'ret=continue')
+not_suitable=$(grep 'mm_compaction_suitable:' "$TD_TMP/kc.trace" | grep -vc 'ret=continue')
+why="kcompactd woken $woken times: deferred $deferred, not suitable $not_suitable, went on to compact $went_on"
+echo "$why"
+grep -E 'mm_compaction_(deferred|suitable):' "$TD_TMP/kc.trace" | tail -n 2
+KC_UNTESTABLE=
+if [ "$(reason_count KCOMPACTD)" -eq 0 ] && [ "$woken" -gt 0 ] && [ "$went_on" -eq 0 ] &&
+	[ $((deferred + not_suitable)) -gt 0 ]; then
+	KC_UNTESTABLE="$why, in $try tries"
+	echo "KCOMPACTD not testable in this boot: $KC_UNTESTABLE"
+else
+	# Other high-order allocations (slab, kernel stacks) may compact for themselves in
+	# memory this fragmented: DIRECT calls beside (4 beside 4 KCOMPACTD once on 7.3).
+	# Calls of kcompactd counted as DIRECT would leave KCOMPACTD at 0.
+	expect_calls KCOMPACTD "in $try tries ($why)"
+fi
 echo "DIRECT beside: $(reason_count DIRECT)"
 expect_none PROACTIVE SYSCTL
 # Let kcompactd finish what the last faults asked of it.
@@ -129,4 +164,5 @@ expect_eq "proactive: exit status" "$TD_RC" 0
 expect_calls PROACTIVE
 echo "KCOMPACTD beside: $(reason_count KCOMPACTD)"
 expect_none DIRECT SYSCTL
+[ -z "$KC_UNTESTABLE" ] || skip "the other reasons passed; KCOMPACTD not testable in this boot: $KC_UNTESTABLE"
 exit 0
