@@ -163,6 +163,13 @@ impl Tally {
     pub(crate) fn run(&self) -> (u64, Vec<StackCount>, Vec<ProcessCount>) {
         ranked(&self.run)
     }
+
+    /// The run's stacks taken by capture (not the background sampler's),
+    /// counted without ranking them.
+    pub(crate) fn run_captured(&self) -> u64 {
+        let total: u64 = self.run.values().map(|p| p.count).sum();
+        total - self.background.1
+    }
 }
 
 #[cfg(test)]

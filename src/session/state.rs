@@ -284,10 +284,7 @@ impl State {
         let mut out: Vec<ReasonGate> = order
             .into_iter()
             .map(|slot| {
-                let shown = self.tallies.get(&slot).map_or(0, |t| {
-                    let (total, ..) = t.run();
-                    total - t.background.1
-                });
+                let shown = self.tallies.get(&slot).map_or(0, Tally::run_captured);
                 let untagged = end.untagged_shown.get(&slot).copied().unwrap_or(0);
                 let g = end.gates.get(slot as usize).unwrap_or(&empty);
                 ReasonGate {
@@ -334,10 +331,10 @@ impl State {
             .iter()
             .map(|&s| {
                 let tally = self.tallies.get(&s).unwrap_or(&empty);
-                let (total, stacks, processes) = tally.run();
+                let (_, stacks, processes) = tally.run();
                 ReasonStacks {
                     reason: reasons.name(s).to_string(),
-                    captured: total - tally.background.1,
+                    captured: tally.run_captured(),
                     background: tally.background.1,
                     stacks,
                     processes,
