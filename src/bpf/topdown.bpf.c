@@ -229,7 +229,8 @@ static __always_inline bool quick_hit(void *ctx, enum td_kind kind, __u64 *e)
 /*
  * Counts the call: the common path, a lookup of the counters through the
  * watch key, the quick read and the site cache, and the count. Anything
- * else is count_slow's: a watched call, a site not cached, --verify-caller.
+ * else is count_slow's: a watched call, a site not cached or flagged (its
+ * reason captured, or sampled in the background), --verify-caller.
  */
 static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_path path,
 				       bool loops)
