@@ -33,25 +33,7 @@ else
 fi
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 
-# The tree the workload walks and copies: the guest's own small files.
-tree=$TD_TMP/tree
-mkdir -p "$tree"
-cp -r /etc /cases /bench "$tree/" 2>/dev/null
-cp "/boot/config-$TD_KERNEL" "$tree/" 2>/dev/null
-for d in 1 2 3 4; do cp -r "$tree/cases" "$tree/copy$d"; done
-
-# mixed: one pass of the workload, on CPU 0.
-mixed() {
-	taskset -c 0 sh -c '
-		find "$1" >/dev/null
-		ls -lR "$1" >/dev/null
-		cat /proc/[0-9]*/stat >/dev/null 2>&1
-		i=0
-		while [ $i -lt 20 ]; do sh -c : ; i=$((i + 1)); done
-		find "$1" -type f | xargs md5sum >/dev/null
-		rm -rf "$1.cp" && cp -r "$1" "$1.cp" && rm -rf "$1.cp"
-	' mixed "$tree" || fail "the workload failed"
-}
+mixed_tree
 
 bt=
 if bt_detect; then

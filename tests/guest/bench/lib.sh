@@ -62,3 +62,38 @@ bt_stop() {
 	kill -INT $BT_PID
 	wait $BT_PID
 }
+
+# mixed_tree: makes $tree, the tree the mixed workload walks and copies: the guest's own
+# small files.
+mixed_tree() {
+	tree=$TD_TMP/tree
+	mkdir -p "$tree"
+	cp -r /etc /cases /bench "$tree/" 2>/dev/null
+	cp "/boot/config-$TD_KERNEL" "$tree/" 2>/dev/null
+	for _d in 1 2 3 4; do cp -r "$tree/cases" "$tree/copy$_d"; done
+}
+
+# mixed_script: one pass of the mixed kernel-heavy workload over the tree "$1": find,
+# ls -lR, cat of /proc/*/stat, 20 forks of sh, md5sum and cp -r.
+# shellcheck disable=SC2016 # expanded by the inner sh
+mixed_script='
+	find "$1" >/dev/null
+	ls -lR "$1" >/dev/null
+	cat /proc/[0-9]*/stat >/dev/null 2>&1
+	i=0
+	while [ $i -lt 20 ]; do sh -c : ; i=$((i + 1)); done
+	find "$1" -type f | xargs md5sum >/dev/null
+	rm -rf "$1.cp" && cp -r "$1" "$1.cp" && rm -rf "$1.cp"
+'
+
+# mixed: one pass of it over $tree, on CPU 0.
+mixed() {
+	taskset -c 0 sh -c "$mixed_script" mixed "$tree" || fail "the workload failed"
+}
+
+# mixed_ns: one pass of it over $tree, on CPU 0, timed: prints its ns (CLOCK_MONOTONIC).
+mixed_ns() {
+	taskset -c 0 elapsed sh -c "$mixed_script" mixed "$tree" 2>"$TD_TMP/elapsed" ||
+		fail "the workload failed: $(cat "$TD_TMP/elapsed")"
+	sed -n 's/^elapsed: ns=//p' "$TD_TMP/elapsed"
+}
