@@ -10,13 +10,16 @@
 #     capture);
 #   - topdown FUNC --stack-on REASON: capture on, all run long, for FUNC's busiest caller
 #     (the previous row's top reason), at the default --max-rate;
+#   - topdown pin FUNC, with no reader: tier 1 always on, the BPF program alone (no
+#     process of topdown's runs; call sites not resolved at pin time stay pending);
 #   - bpftrace's `fentry:FUNC { @n = count(); }` and `{ @[kstack(2)] = count(); }`, if
 #     the guest has bpftrace (tests/guest/run --bpftrace: the newest it has).
 # Each tool's passes start once it says it is ready (topdown's "Ctrl-C to end",
 # bpftrace's probes attached), as a user would start the workload: the first pass holds
 # topdown's start-up window (its call sites resolved after /proc/kallsyms is read),
-# the later ones are steady. Prints the median pass of each row and its slowdown
-# against untraced, first pass and steady apart. Checks only that every row ran and
+# the later ones are steady. Prints each row's first pass (the median over rounds) and
+# its later passes (the mean: a pass is about as long as topdown's 50 ms poll, so some
+# passes hold a poll and some do not), and the slowdowns against untraced. Checks only that every row ran and
 # that topdown counted calls.
 # case-timeout: 2400
 . "$TD_LIB"
@@ -24,7 +27,7 @@
 need_cmd topdown taskset elapsed find md5sum
 FUNC=${TD_BENCH_FUNC:-kfree}
 need_func "$FUNC"
-PASSES=${TD_BENCH_PASSES:-4}
+PASSES=${TD_BENCH_PASSES:-10}
 if [ -n "${TD_ICOUNT:-}" ]; then
 	ROUNDS=${TD_BENCH_ROUNDS:-2}
 else
@@ -67,6 +70,17 @@ td_row() {
 	echo "$_k $_r account $_t $(summary_num stacks_captured) $_c" >>"$TD_TMP/results"
 }
 
+# pin_row KIND ROUND: the passes with FUNC pinned and nobody reading it; checks that it
+# counted.
+pin_row() {
+	topdown pin "$FUNC" 2>"$TD_TMP/pin.err" || fail "topdown pin $FUNC failed: $(cat "$TD_TMP/pin.err")"
+	passes "$1" "$2"
+	_t=$(topdown show "$FUNC" --json | grep -o '"total":[0-9]*' | head -1 | sed 's/.*://')
+	topdown unpin "$FUNC" 2>/dev/null || fail "topdown unpin $FUNC failed"
+	[ "${_t:-0}" -gt 0 ] || fail "pinned $FUNC counted no calls"
+	echo "$1 $2 account $_t 0 0" >>"$TD_TMP/results"
+}
+
 # bt_row KIND ROUND PROGRAM
 bt_row() {
 	bt_start "$3"
@@ -83,15 +97,19 @@ for r in $(seq "$ROUNDS"); do
 	[ -n "$top" ] || top=$(summary_str top_reason)
 	[ -n "$top" ] || fail "topdown $FUNC: no top reason in $TD_SUMMARY"
 	td_row capture "$r" --stack-on "$top"
+	pin_row pinned "$r"
 	[ -z "$bt" ] || bt_row bt.count "$r" "$bt_fentry:$FUNC { @n = count(); }"
 	[ -z "$bt" ] || bt_row bt.kstack "$r" "$bt_fentry:$FUNC { @[kstack(2)] = count(); }"
 done
 
-# median KIND FIRST|STEADY: the median pass of KIND in ms, its first passes or the rest.
-median() {
+# pass_ms KIND FIRST|STEADY: KIND's first passes' median, or the later passes' mean, in ms.
+pass_ms() {
 	awk -v k="$1" -v w="$2" '$1 == k && $3 ~ /^[0-9]+$/ && (w == "first") == ($3 == 1) { print $4 / 1e6 }' \
-		"$TD_TMP/results" | sort -n |
-		awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+		"$TD_TMP/results" | sort -n | awk -v w="$2" '{ v[NR] = $1; t += $1 } END {
+			if (!NR) exit
+			if (w != "first") printf "%.2f", t / NR
+			else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		}'
 }
 slower() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%+.1f%%", (a / b - 1) * 100; else print "-" }'; }
 # account KIND FIELD: the mean over rounds of field FIELD (4: calls, 5: stacks, 6: captures).
@@ -100,13 +118,15 @@ account() { awk -v k="$1" -v f="$2" '$1 == k && $3 == "account" { n += $f; r++ }
 clock="software emulation (ratios only)"
 [ -z "${TD_ICOUNT:-}" ] || clock="software emulation, the guest's clock counting instructions (-icount $TD_ICOUNT: repeatable)"
 echo "bench: kernel $TD_KERNEL, CPU 0, $ROUNDS interleaved rounds of $PASSES passes of the mixed workload (find, ls -lR, cat /proc/*/stat, 20 forks of sh, md5sum, cp -r) on $FUNC, $clock"
-base_first=$(median none first) base=$(median none steady)
-echo "bench: untraced: first pass $base_first ms, later passes $base ms (medians)"
+base_first=$(pass_ms none first) base=$(pass_ms none steady)
+echo "bench: untraced: first pass $base_first ms, later passes $base ms"
 row() {
-	echo "bench: $2: first pass $(median "$1" first) ms = $(slower "$(median "$1" first)" "$base_first"), later passes $(median "$1" steady) ms = $(slower "$(median "$1" steady)" "$base") against untraced$3"
+	_first=$(pass_ms "$1" first) _steady=$(pass_ms "$1" steady)
+	echo "bench: $2: first pass $_first ms = $(slower "$_first" "$base_first"), later passes $_steady ms = $(slower "$_steady" "$base") against untraced$3"
 }
 row td "topdown $FUNC (tier 1, sampler, automatic capture)" "; $(account td 4) calls counted a run, automatic captures $(account td 6), stacks captured $(account td 5)"
 row capture "topdown $FUNC --stack-on $top (capture on, --max-rate 1000)" "; $(account capture 4) calls counted a run, stacks captured $(account capture 5)"
+row pinned "topdown pin $FUNC, no reader" "; $(account pinned 4) calls counted a run (topdown show's own among them)"
 if [ -n "$bt" ]; then
 	row bt.count "bpftrace $bt_version $bt_fentry:$FUNC { @n = count(); }" ""
 	row bt.kstack "bpftrace $bt_version $bt_fentry:$FUNC { @[kstack(2)] = count(); }" ""
