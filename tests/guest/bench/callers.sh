@@ -35,12 +35,7 @@ echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 
 mixed_tree
 
-bt=
-if bt_detect; then
-	bt=1
-else
-	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
-fi
+bt_rows
 
 # windows FUNC ROUND KIND:ID...: WINDOWS passes of the workload; per pass and program,
 # "FUNC ROUND KIND NS_PER_CALL CALLS" in results.
@@ -121,8 +116,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 median() {
-	awk -v f="$1" -v k="$2" '$1 == f && $3 == k { print $4 }' "$TD_TMP/results" | sort -n |
-		awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+	awk -v f="$1" -v k="$2" '$1 == f && $3 == k { print $4 }' "$TD_TMP/results" | median_of
 }
 calls() { awk -v f="$1" -v k="$2" '$1 == f && $3 == k { n += $5; w++ } END { if (w) printf "%d", n / w }' "$TD_TMP/results"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
@@ -142,7 +136,7 @@ for f in $FUNCS; do
 		set -- $(awk -v f="$f" -v k="$k.account" '$1 == f && $3 == k { t += $4; u += $5; o += $6; if ($7 > s) s = $7; print $8 >"/dev/stderr" } END { printf "%d %d %d %d", t, u, o, s }' "$TD_TMP/results" 2>"$TD_TMP/whole")
 		line="bench: $f, $4 callers, $(calls "$f" $k) calls a pass: topdown $what $td ns/call = $(ratio "$td" "$bare")x the bare fentry counter beside it ($bare ns)"
 		[ -z "$b" ] || line="$line = $(ratio "$td" "$b")x bpftrace $bt_version $bt_fentry:$f { @n = count(); } ($b ns)"
-		whole=$(sort -n "$TD_TMP/whole" | awk '{ v[NR] = $1 } END { printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+		whole=$(median_of <"$TD_TMP/whole")
 		first=$(median "$f" $k.first)
 		line="$line; first pass (new call sites) $first ns/call"
 		[ -z "$b" ] || line="$line = $(ratio "$first" "$b")x"

@@ -63,6 +63,25 @@ bt_stop() {
 	wait $BT_PID
 }
 
+# bt_rows: sets bt=1 if the guest has bpftrace (bt_detect), else bt= and says that the
+# benchmark's bpftrace rows are skipped.
+bt_rows() {
+	bt=
+	if bt_detect; then
+		bt=1
+	else
+		echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
+	fi
+}
+
+# median_of [FORMAT]: the median of the numbers on stdin, printed with FORMAT (default
+# %.1f); nothing if there are none.
+median_of() {
+	sort -n | awk -v fmt="${1:-%.1f}" '{ v[NR] = $1 } END {
+		if (NR) printf fmt, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+	}'
+}
+
 # mixed_tree: makes $tree, the tree the mixed workload walks and copies: the guest's own
 # small files.
 mixed_tree() {

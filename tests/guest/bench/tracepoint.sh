@@ -29,12 +29,7 @@ fi
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 TP=kmem:mm_page_alloc
 
-bt=
-if bt_detect; then
-	bt=1
-else
-	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
-fi
+bt_rows
 
 pass() { taskset -c 0 faults touch 1000 - 4 >/dev/null 2>&1 || fail "faults failed"; }
 
@@ -107,8 +102,7 @@ for r in $(seq "$ROUNDS"); do
 done
 
 median() {
-	awk -v k="$1" '$1 == k { print $2 }' "$TD_TMP/results" | sort -n |
-		awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+	awk -v k="$1" '$1 == k { print $2 }' "$TD_TMP/results" | median_of
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 

@@ -34,13 +34,10 @@ else
 	ROUNDS=${TD_BENCH_ROUNDS:-3}
 fi
 
+# This shell and all it starts (topdown among them, through td_start) on CPU 0.
+taskset -pc 0 $$ >/dev/null || fail "taskset -p failed"
 mixed_tree
-bt=
-if bt_detect; then
-	bt=1
-else
-	echo "bench: notice: no bpftrace (tests/guest/run --bpftrace puts it in the guest): its rows are skipped"
-fi
+bt_rows
 
 # passes KIND ROUND: PASSES timed passes, "KIND ROUND PASS NS" each in results.
 passes() {
@@ -56,11 +53,7 @@ passes() {
 td_row() {
 	_k=$1 _r=$2
 	shift 2
-	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
-	rm -f "$TD_OUT" "$TD_ERR"
-	taskset -c 0 topdown "$FUNC" "$@" --json >"$TD_OUT" 2>"$TD_ERR" &
-	TD_PID=$!
-	wait_line "$TD_ERR" "Ctrl-C to end"
+	td_start "$FUNC" "$@"
 	passes "$_k" "$_r"
 	td_stop INT >/dev/null
 	[ "$TD_RC" = 0 ] || fail "topdown $FUNC $* exited with $TD_RC: $(cat "$TD_ERR")"
@@ -105,11 +98,12 @@ done
 # pass_ms KIND FIRST|STEADY: KIND's first passes' median, or the later passes' mean, in ms.
 pass_ms() {
 	awk -v k="$1" -v w="$2" '$1 == k && $3 ~ /^[0-9]+$/ && (w == "first") == ($3 == 1) { print $4 / 1e6 }' \
-		"$TD_TMP/results" | sort -n | awk -v w="$2" '{ v[NR] = $1; t += $1 } END {
-			if (!NR) exit
-			if (w != "first") printf "%.2f", t / NR
-			else printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-		}'
+		"$TD_TMP/results" >"$TD_TMP/passes"
+	if [ "$2" = first ]; then
+		median_of %.2f <"$TD_TMP/passes"
+	else
+		awk '{ t += $1 } END { if (NR) printf "%.2f", t / NR }' "$TD_TMP/passes"
+	fi
 }
 slower() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%+.1f%%", (a / b - 1) * 100; else print "-" }'; }
 # account KIND FIELD: the mean over rounds of field FIELD (4: calls, 5: stacks, 6: captures).
