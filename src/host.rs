@@ -85,8 +85,8 @@ fn kptr_restrict() -> Option<u32> {
 }
 
 /// Fails, without reading /proc/kallsyms, if its addresses would be
-/// hidden: kernel symbols are read after attaching, and this failure is
-/// better known before.
+/// hidden: kernel symbols are read while the program loads, and this
+/// failure is better known before.
 pub(crate) fn check_addresses_visible() -> Result<()> {
     let restrict = kptr_restrict();
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -145,7 +145,7 @@ fn is_indirect_thunk(name: &str) -> bool {
 }
 
 /// Reads kernel memory: the running kernel's text.
-pub(crate) trait Text {
+pub(crate) trait Text: Send {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 }
 

@@ -100,8 +100,8 @@ pub(crate) struct LoadConfig {
     /// before any capture (0: none; only where `stacks`).
     pub(crate) background: u32,
     /// The deeper-frame tables where they are known before load
-    /// (`Deep::tables`, written into .bss, ready); None: filled in after
-    /// attaching (`Maps::set_deep`).
+    /// (`Deep::tables`, written into .bss, ready); None: filled in right
+    /// after attaching (`Maps::set_deep`).
     pub(crate) deep: Option<types::td_deep>,
     /// The deepest frame a rule of the profile looks at, where the rules
     /// are filled in after attaching (0: no deeper-frame rules).

@@ -47,7 +47,9 @@ const ENOTSUPP: i32 = 524; // kernel-internal, seen by user space as-is
 /// Loads and attaches the counting program for `func` in the requested
 /// mode, and the companion program if asked for (fentry only). In auto
 /// mode a refused fentry falls back to a kprobe; if both are refused the
-/// error names both reasons.
+/// error names both reasons. `ready` runs between load and attach: it
+/// waits for what the first calls need (the kernel's symbols, read
+/// meanwhile).
 pub(crate) fn attach<'obj>(
     storage: &'obj mut Storage,
     config: &LoadConfig,
@@ -55,13 +57,16 @@ pub(crate) fn attach<'obj>(
     req: Request,
     companion: Option<Companion>,
     host: &Features,
+    ready: &mut dyn FnMut(),
 ) -> Result<Attached<'obj>> {
     if req == Request::Tracepoint {
+        // A tracepoint's glue was read before load.
+        ready();
         return attach_tracepoint(storage, config, func, companion, host);
     }
     let fentry_err = match req {
         Request::Only(Mode::Kprobe) => None,
-        _ => match try_fentry(&mut storage.fentry, config, func, companion, host) {
+        _ => match try_fentry(&mut storage.fentry, config, func, companion, host, ready) {
             Ok(probe) => {
                 return Ok(Attached {
                     probe,
@@ -77,7 +82,7 @@ pub(crate) fn attach<'obj>(
             "cannot trace {func} with fentry: {why}"
         )));
     }
-    match try_kprobe(&mut storage.kprobe, config, func, companion, host) {
+    match try_kprobe(&mut storage.kprobe, config, func, companion, host, ready) {
         Ok(probe) => Ok(Attached {
             probe,
             fallback_reason: fentry_err,
@@ -105,6 +110,7 @@ fn try_fentry<'obj>(
     func: &str,
     companion: Option<Companion>,
     host: &Features,
+    ready: &mut dyn FnMut(),
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.btf {
         return Err(no_btf());
@@ -118,6 +124,7 @@ fn try_fentry<'obj>(
         .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
     let which = probe::Counting::of(config, host);
+    ready();
     let link = probe::counting(&skel, Some(Mode::Fentry), which)
         .attach_trace()
         .map_err(|e| {
@@ -177,6 +184,7 @@ fn try_kprobe<'obj>(
     func: &str,
     companion: Option<Companion>,
     host: &Features,
+    ready: &mut dyn FnMut(),
 ) -> std::result::Result<Probe<'obj>, String> {
     if !host.kprobes {
         return Err(format!(
@@ -205,6 +213,7 @@ fn try_kprobe<'obj>(
     })?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
     let which = probe::Counting::of(config, host);
+    ready();
     let link = probe::counting(&skel, Some(Mode::Kprobe), which)
         .attach_kprobe(false, func)
         .map_err(|e| {

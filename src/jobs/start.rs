@@ -1,6 +1,6 @@
 //! Start-up: the counting program loaded and attached, and what it needs
 //! from the kernel's symbols (where the function is, the profile compiled,
-//! the debug vmlinux) learnt before load or after attach.
+//! the debug vmlinux) learnt before load or while it loads.
 
 use std::path::PathBuf;
 
@@ -105,9 +105,10 @@ impl Kernel {
 /// --stack-on name that is no reason must be checked against
 /// kernel functions before anything is attached, and `rules_at_load` asks
 /// for the deeper-frame rules at load. Otherwise /proc/kallsyms (the
-/// longest step of start-up: the kernel formats every symbol) is read once
-/// the program counts, and the rules are filled in then: calls before are
-/// counted with the frames the rules look at (the early table).
+/// longest step of start-up: the kernel formats every symbol) is read
+/// while the program loads, and the rules are filled in right after it
+/// attaches: calls in between are counted with the frames the rules look
+/// at (the early table).
 fn symbols_before_load(
     target: &Target,
     stack_on: Option<&str>,
@@ -157,65 +158,78 @@ pub(super) fn start<'obj>(
     } else {
         None
     };
-    let config = LoadConfig {
-        func_addr: early.as_ref().map_or(0, |k| k.func_addr),
-        verify_caller: extra.verify_caller,
-        user_stacks: load.user_stacks,
-        stack_frames: load.depth,
-        sample_every: load.sample,
-        background: load.background,
-        deep: early.as_ref().map(|k| k.mapper.deep.tables()),
-        deep_depth: deep_depth(target),
-        stacks: extra.stacks,
-        filter: extra.filter.for_bpf(),
-        glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
-    };
-    let func = target.func.as_str();
-    let a = match attach::attach(
-        storage,
-        &config,
-        func,
-        load.request,
-        extra.companion,
-        &features,
-    ) {
-        Ok(a) => a,
-        // A misspelt function is the likeliest cause: say so, with the
-        // names it may have meant, rather than what libbpf said.
-        Err(e) if early.is_none() => {
-            return Err(match host::load_kallsyms() {
-                Ok(ksyms) => host::resolve_function(&ksyms, func).err().unwrap_or(e),
-                Err(_) => e,
-            })
+    std::thread::scope(|scope| {
+        // Otherwise the symbols are read on another thread while the
+        // program loads (both take a few hundred milliseconds under
+        // emulation), and are in before it attaches: the first calls'
+        // sites are resolved at the first poll, not once /proc/kallsyms
+        // has been read after attaching.
+        let mut learning = early
+            .is_none()
+            .then(|| scope.spawn(|| Kernel::learn(target, max_reasons, stack_on)));
+        let mut learnt = None;
+        let mut ready = || {
+            if let Some(h) = learning.take() {
+                learnt = Some(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+        };
+        let config = LoadConfig {
+            func_addr: early.as_ref().map_or(0, |k| k.func_addr),
+            verify_caller: extra.verify_caller,
+            user_stacks: load.user_stacks,
+            stack_frames: load.depth,
+            sample_every: load.sample,
+            background: load.background,
+            deep: early.as_ref().map(|k| k.mapper.deep.tables()),
+            deep_depth: deep_depth(target),
+            stacks: extra.stacks,
+            filter: extra.filter.for_bpf(),
+            glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
+        };
+        let func = target.func.as_str();
+        let a = attach::attach(
+            storage,
+            &config,
+            func,
+            load.request,
+            extra.companion,
+            &features,
+            &mut ready,
+        );
+        ready();
+        let a = match a {
+            Ok(a) => a,
+            // A misspelt function is the likeliest cause: say so, with the
+            // names it may have meant, rather than what libbpf said.
+            Err(e) => return Err(learnt.and_then(Result::err).unwrap_or(e)),
+        };
+        // The vmlinux and kcore read next call many functions (vfs_read,
+        // page faults): not counted.
+        a.probe.maps().own(std::process::id());
+        let mut kernel = match (early, learnt) {
+            (Some(k), _) => k,
+            (None, Some(k)) => {
+                let k = k?;
+                // Calls in the moment between attaching and this are in the
+                // early table, and given their reasons from it.
+                a.probe.maps().set_deep(&k.mapper.deep);
+                k
+            }
+            (None, None) => unreachable!("ready() ran"),
+        };
+        attached(&a.probe, a.fallback_reason.as_deref());
+        // A tracepoint's call sites call its static call or __traceiter, not
+        // the function named: no tail calls to tell apart.
+        if target.tracepoint.is_none() {
+            kernel.mapper.tail = tail_calls(kernel.func_addr);
         }
-        Err(e) => return Err(e),
-    };
-    // Reading /proc/kallsyms and the vmlinux next calls many functions
-    // (vfs_read, page faults): not counted.
-    a.probe.maps().own(std::process::id());
-    attached(&a.probe, a.fallback_reason.as_deref());
-    let mut kernel = match early {
-        Some(k) => k,
-        None => {
-            let k = Kernel::learn(target, max_reasons, stack_on)?;
-            // Calls of deeper-frame callers counted from here on are
-            // counted under their reasons; those before stay in the early
-            // table.
-            a.probe.maps().set_deep(&k.mapper.deep);
-            k
-        }
-    };
-    // A tracepoint's call sites call its static call or __traceiter, not
-    // the function named: no tail calls to tell apart.
-    if target.tracepoint.is_none() {
-        kernel.mapper.tail = tail_calls(kernel.func_addr);
-    }
-    kernel.mapper.sync(a.probe.maps())?;
-    a.probe.maps().own(0);
-    Ok(Started {
-        probe: a.probe,
-        fallback: a.fallback_reason,
-        kernel,
+        kernel.mapper.sync(a.probe.maps())?;
+        a.probe.maps().own(0);
+        Ok(Started {
+            probe: a.probe,
+            fallback: a.fallback_reason,
+            kernel,
+        })
     })
 }
 

@@ -69,7 +69,7 @@ TOML
 	expect_eq "inline: rows" "$(reason_rows)" 3
 	expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
 
-	# Calls before the rules are in (see below): one munmap half and one MADV_DONTNEED
+	# Calls around attach (see below): one munmap half and one MADV_DONTNEED
 	# half per process, 256 calls each, from before topdown starts: MUNMAP and
 	# page_remove_rmap stay within one process's 256 of each other, where calls counted
 	# by their caller alone would all have gone to page_remove_rmap.
@@ -156,9 +156,9 @@ expect_eq "inline: FAULT" "$(reason_count FAULT)" $((F + P + Q))
 expect_eq "inline: $TD_THP_COLLAPSE_REASON" "$(reason_count "$TD_THP_COLLAPSE_REASON")" $C
 expect_eq "inline: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
 
-# Calls before the rules are in: topdown fills in its deeper-frame rules once attached
-# (after reading /proc/kallsyms), and counts the calls it sees meanwhile with the frames
-# above their callers, to be given their reasons from those. A loop of one munmap half
+# Calls around attach: topdown fills in its deeper-frame rules right after attaching
+# (it read /proc/kallsyms while loading), and counts the calls it sees in between with
+# the frames above their callers, to be given their reasons from those. A loop of one munmap half
 # and one MADV_DONTNEED half per round runs from before topdown starts, so calls come
 # in that time: MUNMAP and folio_remove_rmap_ptes stay within one call of each other
 # (a round cut by the start or the end), where calls counted by their caller alone
