@@ -672,6 +672,25 @@ static __always_inline bool cached(__u64 ret, __u64 *e)
 #endif
 }
 
+/*
+ * Whether no resolved site can be `ret`: its cache entry is empty, and it
+ * is an address the cache can hold. User space caches every site it
+ * resolves whose entry is empty (after adding it to the site table), and
+ * nothing empties an entry again; so the site table need not be searched
+ * for it. A site added but not cached yet is counted as pending, which is
+ * right as well.
+ */
+static __always_inline bool surely_new(__u64 ret)
+{
+	if (site_cache[site_index(ret)])
+		return false;
+#if defined(__TARGET_ARCH_x86)
+	return ret >> 32 == 0xffffffffULL;
+#else
+	return ret >> TD_SITE_SHIFT == ~0ULL >> TD_SITE_SHIFT;
+#endif
+}
+
 /* A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not there. */
 static __always_inline __u32 cached_reason(__u64 ret)
 {

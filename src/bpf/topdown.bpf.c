@@ -62,7 +62,7 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 
 	if (!ret) {
 		r = TD_SLOT_NOT_FOUND;
-	} else if ((slot = bpf_map_lookup_elem(&sites, &ret))) {
+	} else if (!surely_new(ret) && (slot = bpf_map_lookup_elem(&sites, &ret))) {
 		r = *slot;
 	} else if (cfg.deep_depth) {
 		/* Read once, and before the tables it guards. */
