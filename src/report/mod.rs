@@ -289,11 +289,15 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
+    /// The calls the parts account for.
+    pub(crate) fn accounted(&self) -> u64 {
+        self.shown + self.sampled_out + self.rate_capped + self.ringbuf_full + self.not_kept
+    }
+
     /// Whether the parts add up to the calls.
     #[cfg(test)]
     pub(crate) fn holds(&self) -> bool {
-        self.shown + self.sampled_out + self.rate_capped + self.ringbuf_full + self.not_kept
-            == self.calls
+        self.accounted() == self.calls
     }
 }
 

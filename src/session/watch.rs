@@ -150,10 +150,18 @@ impl Watch {
             self.shown
                 .iter()
                 .map(|(&slot, &shown)| {
-                    (
-                        names.name(slot).to_string(),
-                        gate(&rows[slot as usize], shown),
-                    )
+                    // Every stack of a reason this reader has read is
+                    // shown. One sent but not read yet is in flight: as
+                    // not kept (sent less shown) it would leave that
+                    // counter once read, and /metrics's counters only
+                    // grow. So it is in no outcome, nor in the calls,
+                    // until it is read.
+                    let mut g = Gate {
+                        not_kept: 0,
+                        ..gate(&rows[slot as usize], shown)
+                    };
+                    g.calls = g.accounted();
+                    (names.name(slot).to_string(), g)
                 })
                 .collect(),
         );
