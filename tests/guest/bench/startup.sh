@@ -5,8 +5,8 @@
 #   - topdown vfs_read --no-profile, to "topdown: tracing vfs_read with ...", its first
 #     line, printed right after attaching;
 #   - topdown on the THP deferred-split function with its built-in profile (deeper-frame
-#     rules, filled in once attached: the kernel's symbols are read after), to the same
-#     line;
+#     rules, written right after attaching: the kernel's symbols are read while the
+#     program loads, on another thread, here on the same CPU), to the same line;
 #   - bpftrace's one-liner on vfs_read (fentry), if the guest has bpftrace
 #     (tests/guest/run --bpftrace), to the line "__BPFTRACE_NOTIFY_PROBES_ATTACHED" that
 #     it prints once every probe is attached when that variable is in its environment
