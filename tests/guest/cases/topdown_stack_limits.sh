@@ -1,6 +1,8 @@
 # Tier 2 under a hot workload: the rate cap holds and what it skipped is counted, so
 # matched = sent + capped + sampled out + ring buffer full, exactly; --sample keeps
-# about 1 in N; -U adds the workload's own user frames, by name.
+# about 1 in N; -U adds the workload's own user frames, by name; at --max-rate 100000
+# with a read loop on every CPU, faster than the reader keeps up, every call is still a
+# stack shown or a counted drop.
 . "$TD_LIB"
 need_cmd topdown readloop
 need_func vfs_read ksys_read
@@ -53,4 +55,35 @@ grep -q '<title>-- ([0-9,]* stacks' "$TD_TMP/u.svg" || fail "-U: no -- frame in 
 # read_one's caller); arm64: read, read_one (from the link register), main.
 echo "$TD_SUMMARY" | grep -Eq '"--","(__)?read\+0x[0-9a-f]*",("read_one\+0x[0-9a-f]*",)?"main\+0x[0-9a-f]*"' ||
 	fail "-U: no read <- main user frames"
+
+# 4. Stacks faster than the reader takes them: --max-rate 100000 and a read loop on
+# every CPU. Every call while captured is a stack shown or a drop counted by cause
+# (td_stop's gates_hold), a full ring buffer among them, and nothing else; prints the
+# figures and topdown's CPU time. Then the same at the default rate (1000 a second),
+# where the ring buffer (4 MiB: about 2,000 stacks) is printed not to fill.
+ticks() { awk '{ print $14 + $15 }' "/proc/$TD_PID/stat"; }
+hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+for rate in 100000 default; do
+	args="--max-rate $rate"
+	[ $rate != default ] || args=
+	# shellcheck disable=SC2086 # args's words are separate arguments
+	td_start vfs_read --no-profile --stack-on ksys_read $args
+	t0=$(ticks) s0=$(uptime_cs)
+	pids=
+	for c in $(seq 0 $(($(nproc) - 1))); do
+		taskset -c "$c" readloop 50000 >/dev/null 2>&1 &
+		pids="$pids $!"
+	done
+	for p in $pids; do wait "$p" || fail "readloop on a CPU failed"; done
+	t1=$(ticks) s1=$(uptime_cs)
+	td_stop INT
+	calls=$(gate_num ksys_read calls) shown=$(gate_num ksys_read shown)
+	[ "$calls" -ge $((50000 * $(nproc))) ] || fail "rate $rate: $calls calls while captured, fewer than the reads"
+	[ "$shown" -gt 0 ] || fail "rate $rate: no stack shown"
+	awk -v r=$rate -v c="$calls" -v s="$shown" -v f="$(gate_num ksys_read ringbuf_full)" \
+		-v k="$(gate_num ksys_read rate_capped)" -v t=$((t1 - t0)) -v hz="$hz" \
+		-v w=$((s1 - s0 + 1)) -v n="$(nproc)" 'BEGIN {
+		printf "rate %s: %d calls while captured in %.2f s on %d CPUs: %d stacks shown (%.0f a second), %d ring buffer full (%.1f%%), %d over the rate cap; topdown took %.2f s of CPU (%.0f%% of one)\n",
+			r, c, w / 100, n, s, s * 100 / w, f, f * 100 / c, k, t / hz, t * 100 / hz / (w / 100) }'
+done
 exit 0
