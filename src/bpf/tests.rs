@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 
 use crate::bpf::abi::{
-    self, LoadConfig, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND,
+    self, LoadConfig, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND, SLOT_SITES_FULL,
 };
 use crate::bpf::ctl::{mono_ns, page_size, publish};
 use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
@@ -89,6 +89,32 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
         assert_eq!(p.maps().pending().unwrap(), vec![(a, 4)]);
         // Only the calls before the cache knew the site took the slow path.
         assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 4);
+    });
+}
+
+#[test]
+fn past_a_full_pending_table_the_calls_are_sites_full_exactly() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    with_probe(|p| {
+        let max = abi::MAX_SITES as u64;
+        let site = |i: u64| 0xffffffff81000000 + i * 16;
+        // One call from each of 100 sites more than the table holds, then
+        // more calls from a site in the table and from one past it.
+        for i in 0..max + 100 {
+            p.test_count(site(i), 1);
+        }
+        p.test_count(site(0), 2);
+        p.test_count(site(max + 1), 3);
+        let pending = p.maps().pending().unwrap();
+        assert_eq!(pending.len() as u64, max);
+        assert_eq!(pending.iter().find(|s| s.0 == site(0)), Some(&(site(0), 3)));
+        let counts = p.maps().counts().unwrap();
+        // Exactly the calls that found no room, and every other call kept.
+        assert_eq!(counts[SLOT_SITES_FULL as usize], 100 + 3);
+        let kept: u64 = pending.iter().map(|s| s.1).sum();
+        assert_eq!(kept + counts[SLOT_SITES_FULL as usize], max + 100 + 2 + 3);
     });
 }
 

@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
+use crate::bpf::abi::MAX_SITES;
 use crate::bpf::probe::Mode;
+use crate::reasons::SITES_FULL_NAME;
 use crate::report::fit::elide;
 pub(crate) use crate::report::fit::Fit;
 use crate::report::text_compare::{before_after, interval_changes};
@@ -202,6 +204,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if let Some(why) = misses_note(sum.mode, sum.drops.recursion_misses) {
         let _ = writeln!(s, "  {why}");
     }
+    if let Some(why) = sites_full_note(sum.drops.sites_full) {
+        let _ = writeln!(s, "  {why}");
+    }
     if let Some(v) = sum.verify {
         let _ = writeln!(
             s,
@@ -276,6 +281,19 @@ fn captures(sum: &Summary) -> String {
         );
     }
     s
+}
+
+/// Why some calls have no reason, when the site tables filled.
+fn sites_full_note(n: u64) -> Option<String> {
+    (n > 0).then(|| {
+        format!(
+            "sites full: {} came from call sites past the {} the site tables hold, so they are \
+             in the total under {SITES_FULL_NAME}, not under their reasons; trace fewer \
+             processes (--pid, --cgroup) to leave room",
+            calls(n),
+            MAX_SITES
+        )
+    })
 }
 
 /// Why the kernel skipped calls, and what counts them, when it did.
@@ -550,6 +568,11 @@ mod tests {
         assert!(m.contains("; --kprobe, which runs it with preemption off, misses far fewer, at a higher cost a call\n"), "{m}");
         missed.mode = Mode::Kprobe;
         assert!(!summary(&missed, 5).contains("recursion misses: "));
+        // Calls past full site tables: said why, in one line.
+        assert!(!t.contains("sites full: "), "{t}");
+        let mut full = sample_summary();
+        full.drops.sites_full = 100;
+        assert!(summary(&full, 5).contains("\n  sites full: 100 calls came from call sites past the 16384 the site tables hold, so they are in the total under [site table full], not under their reasons; trace fewer processes (--pid, --cgroup) to leave room\n"));
         assert!(t.contains("      a\n      b\n"));
         let first = t
             .find("top stacks of folio_remove_rmap_ptes (1 captured):")
