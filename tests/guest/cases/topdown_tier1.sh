@@ -6,7 +6,7 @@
 # of a THP it unmaps (256 at each half unmap, 256 more at exit; THP faults make none),
 # and the built-in profile names them all ZAP.
 . "$TD_LIB"
-need_cmd topdown thp
+need_cmd topdown thp wget
 split_fn
 
 if [ $TD_SPLIT = deferred_split_huge_page ]; then
@@ -92,4 +92,46 @@ merged=$(echo "$TD_SUMMARY" | grep -o '"other_merges":\[[^]]*\]' | sed 's/.*\[//
 expect_eq "max-reasons 1: callers merged into OTHER" "$merged" $((rows - 1))
 named=$(echo "$TD_SUMMARY" | grep -o '{"reason":"[^"]*","count":[0-9]*' | grep -v '"OTHER"' | sed 's/.*://')
 expect_eq "max-reasons 1: named + OTHER" $((named + $(reason_count OTHER))) $((F + 2 * P + 2 * Q + C))
+
+# The same in every other output: a live run's text summary, a pinned instance's
+# text (show), saved result (show --save) and /metrics. Each has an OTHER row, and its
+# rows add up to every call.
+n=$((F + 2 * P + 2 * Q + C))
+# rows_add_up WHAT FILE: the rows of the last table in text FILE (after its last REASON
+# header; a row is NAME TOTAL RATE SHARE%, NAME perhaps of several words) hold OTHER and
+# add up to n.
+rows_add_up() {
+	awk '/REASON/ { s = 0; o = 0; t = 1; next }
+		t && $NF ~ /%$/ && $(NF - 2) ~ /^[0-9]+$/ { s += $(NF - 2); if (NF == 4 && $1 == "OTHER") o = 1; next }
+		{ t = 0 }
+		END { printf "%d %d", s, o }' "$2" >"$TD_TMP/rows"
+	read -r sum other <"$TD_TMP/rows"
+	[ "$other" = 1 ] || fail "$1: no OTHER row: $(cat "$2")"
+	expect_eq "$1: rows add up" "$sum" $n
+}
+topdown deferred_split_folio --no-profile --max-reasons 1 >"$TD_TMP/live.txt" 2>"$TD_TMP/live.err" &
+live=$!
+wait_line "$TD_TMP/live.err" "Ctrl-C to end"
+thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
+kill -INT $live
+wait_exit $live "topdown" || fail "topdown exited with $?"
+rows_add_up "max-reasons 1, text" "$TD_TMP/live.txt"
+
+topdown pin deferred_split_folio --no-profile --max-reasons 1 2>/dev/null || fail "pin failed"
+thp --faults $F --munmap-halves $P --dontneed-halves $Q --collapse $C || fail "thp failed"
+topdown show deferred_split_folio >"$TD_TMP/show.txt" 2>&1 || fail "show failed: $(cat "$TD_TMP/show.txt")"
+rows_add_up "max-reasons 1, pinned, show" "$TD_TMP/show.txt"
+topdown show deferred_split_folio --save "$TD_TMP/saved.json" >/dev/null 2>&1 || fail "show --save failed"
+grep -q '"reason":"OTHER","count":[1-9]' "$TD_TMP/saved.json" || fail "saved result: no OTHER row: $(cut -c1-600 "$TD_TMP/saved.json")"
+expect_eq "max-reasons 1, saved result: total" "$(grep -o '"total":[0-9]*' "$TD_TMP/saved.json" | head -1 | cut -d: -f2)" $n
+topdown serve --listen 127.0.0.1:9478 2>"$TD_TMP/serve.err" &
+serve=$!
+wait_line "$TD_TMP/serve.err" "serving http"
+wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9478/metrics || fail "scrape failed"
+kill -INT $serve
+wait_exit $serve "topdown serve" || fail "serve exited with $?"
+sed -n 's/^topdown_calls_total{function="deferred_split_folio",reason="\([^"]*\)"} \([0-9]*\)$/\1 \2/p' "$TD_TMP/metrics" >"$TD_TMP/series"
+grep -q '^OTHER [1-9]' "$TD_TMP/series" || fail "/metrics: no OTHER series: $(cat "$TD_TMP/series")"
+expect_eq "max-reasons 1, /metrics: series add up" "$(awk '{ s += $NF } END { print s }' "$TD_TMP/series")" $n
+topdown unpin deferred_split_folio || fail "unpin failed"
 exit 0
