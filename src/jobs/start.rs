@@ -203,19 +203,20 @@ pub(super) fn start<'obj>(
             // names it may have meant, rather than what libbpf said.
             Err(e) => return Err(learnt.and_then(Result::err).unwrap_or(e)),
         };
-        // The vmlinux and kcore read next call many functions (vfs_read,
-        // page faults): not counted.
+        // Reading /proc/kcore and the names map next calls kernel
+        // functions (vfs_read, page faults): not counted.
         a.probe.maps().own(std::process::id());
-        let mut kernel = match (early, learnt) {
-            (Some(k), _) => k,
-            (None, Some(k)) => {
-                let k = k?;
+        let mut kernel = match early {
+            Some(k) => k,
+            None => {
+                // ready() ran, so the thread's result is in.
+                let k =
+                    learnt.ok_or_else(|| Error::msg("the kernel's symbols were not read"))??;
                 // Calls in the moment between attaching and this are in the
                 // early table, and given their reasons from it.
                 a.probe.maps().set_deep(&k.mapper.deep);
                 k
             }
-            (None, None) => unreachable!("ready() ran"),
         };
         attached(&a.probe, a.fallback_reason.as_deref());
         // A tracepoint's call sites call its static call or __traceiter, not
