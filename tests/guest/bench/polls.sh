@@ -11,15 +11,13 @@
 need_cmd topdown readloop taskset
 need_func vfs_read
 SECS=${TD_BENCH_SECS:-10}
-hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 n=$(nproc)
 
-ticks() { awk '{ print $14 + $15 }' "/proc/$TD_PID/stat"; }
 # stretch: topdown's CPU ticks and the guest's hundredths of a second over SECS seconds.
 stretch() {
-	_t=$(ticks) _s=$(uptime_cs)
+	_t=$(cpu_ticks "$TD_PID") _s=$(uptime_cs)
 	sleep "$SECS"
-	echo "$(($(ticks) - _t)) $(($(uptime_cs) - _s))"
+	echo "$(($(cpu_ticks "$TD_PID") - _t)) $(($(uptime_cs) - _s))"
 }
 td_start vfs_read --no-profile --min-events 1000000000
 sleep 1
@@ -41,7 +39,7 @@ wait_exit "$TD_PID" "topdown" || fail "topdown exited with $?"
 s4=$(uptime_cs)
 grep -q '"type":"summary"' "$TD_OUT" || fail "no summary"
 echo "bench: kernel $TD_KERNEL, $n CPUs, software emulation (read the growth with the CPU count)"
-awk -v n="$n" -v hz="$hz" -v busy="$busy" -v idle="$idle" -v end=$((s4 - s3)) 'BEGIN {
+awk -v n="$n" -v hz="$TD_HZ" -v busy="$busy" -v idle="$idle" -v end=$((s4 - s3)) 'BEGIN {
 	split(busy, b, " "); split(idle, i, " ")
 	printf "bench: %d CPUs: topdown %.2f ms of CPU a poll with a read loop on every CPU, %.2f ms idle (20 polls a second); SIGINT to exit, summary printed: %d ms\n",
 		n, b[1] * 1000 / hz / (b[2] / 100 * 20), i[1] * 1000 / hz / (i[2] / 100 * 20), end * 10 }'

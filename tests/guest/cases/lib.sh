@@ -246,6 +246,10 @@ td_start() {
 	echo "+ topdown $* (pid $TD_PID): $(head -1 "$TD_ERR")"
 }
 
+# cpu_ticks PID: PID's CPU time so far, user and system, in clock ticks (TD_HZ a second).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+TD_HZ=$(getconf CLK_TCK 2>/dev/null || echo 100)
+
 # uptime_cs: the guest's uptime in hundredths of a second.
 uptime_cs() {
 	sed 's/^\([0-9]*\)\.\([0-9][0-9]\).*/\1\2/; s/^0*\([0-9]\)/\1/' /proc/uptime

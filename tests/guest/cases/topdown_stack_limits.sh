@@ -61,27 +61,25 @@ echo "$TD_SUMMARY" | grep -Eq '"--","(__)?read\+0x[0-9a-f]*",("read_one\+0x[0-9a
 # (td_stop's gates_hold), a full ring buffer among them, and nothing else; prints the
 # figures and topdown's CPU time. Then the same at the default rate (1000 a second),
 # where the ring buffer (4 MiB: about 2,000 stacks) is printed not to fill.
-ticks() { awk '{ print $14 + $15 }' "/proc/$TD_PID/stat"; }
-hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 for rate in 100000 default; do
 	args="--max-rate $rate"
 	[ $rate != default ] || args=
 	# shellcheck disable=SC2086 # args's words are separate arguments
 	td_start vfs_read --no-profile --stack-on ksys_read $args
-	t0=$(ticks) s0=$(uptime_cs)
+	t0=$(cpu_ticks "$TD_PID") s0=$(uptime_cs)
 	pids=
 	for c in $(seq 0 $(($(nproc) - 1))); do
 		taskset -c "$c" readloop 50000 >/dev/null 2>&1 &
 		pids="$pids $!"
 	done
 	for p in $pids; do wait "$p" || fail "readloop on a CPU failed"; done
-	t1=$(ticks) s1=$(uptime_cs)
+	t1=$(cpu_ticks "$TD_PID") s1=$(uptime_cs)
 	td_stop INT
 	calls=$(gate_num ksys_read calls) shown=$(gate_num ksys_read shown)
 	[ "$calls" -ge $((50000 * $(nproc))) ] || fail "rate $rate: $calls calls while captured, fewer than the reads"
 	[ "$shown" -gt 0 ] || fail "rate $rate: no stack shown"
 	awk -v r=$rate -v c="$calls" -v s="$shown" -v f="$(gate_num ksys_read ringbuf_full)" \
-		-v k="$(gate_num ksys_read rate_capped)" -v t=$((t1 - t0)) -v hz="$hz" \
+		-v k="$(gate_num ksys_read rate_capped)" -v t=$((t1 - t0)) -v hz="$TD_HZ" \
 		-v w=$((s1 - s0 + 1)) -v n="$(nproc)" 'BEGIN {
 		printf "rate %s: %d calls while captured in %.2f s on %d CPUs: %d stacks shown (%.0f a second), %d ring buffer full (%.1f%%), %d over the rate cap; topdown took %.2f s of CPU (%.0f%% of one)\n",
 			r, c, w / 100, n, s, s * 100 / w, f, f * 100 / c, k, t / hz, t * 100 / hz / (w / 100) }'

@@ -30,11 +30,8 @@ reader=$!
 (while [ -e "$TD_TMP/go" ]; do mixed; sleep 10; done) &
 mixer=$!
 
-# cpu_ticks PID: user + system clock ticks of PID.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 | wc -l; }
-hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
 # grown OLD NEW: fails unless every *_total series of scrape OLD is in NEW with a value
 # no smaller.
@@ -74,7 +71,7 @@ while [ "$(date +%s)" -lt $end ]; do
 		ticks=$(cpu_ticks $serve_pid)
 		calls=$(awk '/^topdown_calls_total/ { s += $2 } END { printf "%d", s }' "$TD_TMP/m.$((n % 2))")
 		echo "$minute $(rss_kib $serve_pid) $(fds $serve_pid) $ticks $((n - scrapes0)) $slowest $calls" >>"$TD_TMP/curve"
-		awk -v hz="$hz" '{ l = $0 } END { split(l, f, " ")
+		awk -v hz="$TD_HZ" '{ l = $0 } END { split(l, f, " ")
 			printf "soak: minute %d: serve RSS %d KiB, %d fds, %.1f ms CPU a scrape, slowest scrape %.1f ms, %d calls counted\n",
 				f[1], f[2], f[3], (f[4] - t0) * 1000 / hz / f[5], f[6] / 1e6, f[7] }' t0="$ticks0" "$TD_TMP/curve"
 		ticks0=$ticks scrapes0=$n slowest=0
