@@ -18,6 +18,9 @@ pub(crate) const SLOT_NOT_FOUND: u32 = types::td_abi::TD_SLOT_NOT_FOUND.0;
 pub(crate) const SLOT_SITES_FULL: u32 = types::td_abi::TD_SLOT_SITES_FULL.0;
 /// Call sites each site table holds (and return addresses the pending one).
 pub(crate) const MAX_SITES: usize = types::td_abi::TD_MAX_SITES.0 as usize;
+/// Entries of a CPU's fresh table (td_fresh).
+#[cfg(test)]
+pub(crate) const FRESH: usize = types::td_abi::TD_FRESH.0 as usize;
 /// The first slot of a named reason.
 pub(crate) const FIRST_REASON: u32 = types::td_abi::TD_FIRST_REASON.0;
 /// No slot: stacks are off, or a site is not resolved yet.

@@ -10,7 +10,7 @@
  * counting program nothing.
  *
  * A slot's total is its per-CPU counts plus the calls still in `pending`
- * from sites a reader has resolved since (their first calls stay there;
+ * and `fresh` from sites a reader has resolved since (their first calls stay there;
  * see session/poll.rs). Calls from sites no reader has resolved yet have
  * no reason the kernel knows: they are shown apart, as unresolved.
  *
@@ -80,6 +80,27 @@ static long pending_site(struct bpf_map *map, __u64 *key, __u64 *value, struct t
 	return 0;
 }
 
+/*
+ * Entry i of the fresh tables, CPU by CPU (TD_FRESH entries each): its
+ * count if its site's slot is the one asked for.
+ */
+static long fresh_entry(__u32 i, struct td_sum *s)
+{
+	__u32 zero = 0, *slot;
+	struct td_fresh *f = bpf_map_lookup_percpu_elem(&fresh, &zero, i / TD_FRESH);
+	struct td_fresh_site *e;
+
+	if (!f)
+		return 1;
+	e = &f->e[i & (TD_FRESH - 1)];
+	if (!e->ret)
+		return 0;
+	slot = bpf_map_lookup_elem(&sites, &e->ret);
+	if ((slot ? *slot : TD_SLOT_NONE) == s->slot)
+		s->sum += e->n;
+	return 0;
+}
+
 /* Slot `slot`'s calls (TD_SLOT_NONE: the unresolved sites') on every CPU. */
 static __u64 slot_sum(__u64 values, __u32 slot)
 {
@@ -88,6 +109,7 @@ static __u64 slot_sum(__u64 values, __u32 slot)
 	if (slot < TD_NR_SLOTS)
 		bpf_loop(nr_cpus, counts_cpu, &s, 0);
 	bpf_for_each_map_elem(&pending, pending_site, &s, 0);
+	bpf_loop(nr_cpus * TD_FRESH, fresh_entry, &s, 0);
 	return s.sum;
 }
 

@@ -60,6 +60,7 @@ fn load_and_pin(dir: &Path, func: &str) -> Result<()> {
         ("counts", &mut open.maps.counts),
         ("sites", &mut open.maps.sites),
         ("pending", &mut open.maps.pending),
+        ("fresh", &mut open.maps.fresh),
         ("names", &mut open.maps.names),
     ] {
         map.reuse_pinned_map(dir.join(name))

@@ -22,15 +22,17 @@ const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
 const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 
 /// The maps a pinned instance keeps, by the file name of their pins.
-pub(crate) const PINNED_MAPS: [&str; 11] = [
-    "counts", "sites", "pending", "stats", "budget", "samples", "names", "meta", "data", "bss",
-    "rstacks",
+pub(crate) const PINNED_MAPS: [&str; 12] = [
+    "counts", "sites", "pending", "fresh", "stats", "budget", "samples", "names", "meta", "data",
+    "bss", "rstacks",
 ];
 
 pub(crate) struct Maps {
     counts: MapHandle,
     sites: MapHandle,
     pending: MapHandle,
+    /// Each CPU's direct-mapped table of new sites' first calls (td_fresh).
+    fresh: MapHandle,
     /// Calls counted before the deeper-frame rules were filled in (None
     /// for a pinned instance, whose rules are filled in before load).
     early: Option<MapHandle>,
@@ -51,6 +53,14 @@ pub(crate) struct Maps {
     /// The global data as mapped into this process, and what this
     /// reader steers through it.
     ctl: Control,
+}
+
+fn meta_text(meta: &MapHandle) -> Result<String> {
+    let v = meta
+        .lookup(&ZERO_KEY, MapFlags::ANY)
+        .map_err(|e| Error::bpf("reading the meta map", e))?
+        .unwrap_or_default();
+    Ok(c_str(&v))
 }
 
 fn handle(m: &libbpf_rs::MapMut<'_>, what: &str) -> Result<MapHandle> {
@@ -183,6 +193,7 @@ impl Maps {
             counts: handle(&m.counts, "counts")?,
             sites: handle(&m.sites, "sites")?,
             pending: handle(&m.pending, "pending")?,
+            fresh: handle(&m.fresh, "fresh")?,
             // Sized to one entry where it cannot be used: no read per poll.
             early: Some(handle(&m.early, "early")?).filter(|e| e.max_entries() > 1),
             stats: handle(&m.stats, "stats")?,
@@ -216,6 +227,7 @@ impl Maps {
             counts: open("counts")?,
             sites: open("sites")?,
             pending: open("pending")?,
+            fresh: open("fresh")?,
             early: None,
             stats: open("stats")?,
             rstacks: open("rstacks")?,
@@ -238,6 +250,7 @@ impl Maps {
             ("counts", &mut self.counts),
             ("sites", &mut self.sites),
             ("pending", &mut self.pending),
+            ("fresh", &mut self.fresh),
             ("stats", &mut self.stats),
             ("budget", &mut self.budget),
             ("samples", &mut self.samples),
@@ -267,15 +280,37 @@ impl Maps {
         Ok(percpu::counts_of(&c)[..abi::NR_SLOTS].to_vec())
     }
 
-    /// Reads the pending table (return addresses not yet in the site
-    /// table, with their per-CPU counts) into `out`.
+    /// Reads the pending calls (return addresses not yet in the site
+    /// table, with their counts) into `out`: the pending table's per-CPU
+    /// counts, then the fresh tables' sites, one entry each summed over
+    /// the CPUs. An address can be in both (or in one CPU's fresh table
+    /// and another's pending table): its entries are added up.
     pub(crate) fn read_pending(&self, out: &mut Pending) -> Result<()> {
         read_batch(&self.pending, 1, out).map_err(|e| match e {
             BatchError::Layout(key, value) => Error::msg(format!(
                 "the pending map has {key}-byte keys and {value}-byte values, not 8 and 8"
             )),
             BatchError::Bpf(e) => Error::bpf("reading the pending sites", e),
-        })
+        })?;
+        let fresh = self.fresh()?;
+        let (keys, values) = out.spare(fresh.len());
+        let cpus = values.len() / fresh.len().max(1);
+        for (i, (ret, n)) in fresh.iter().enumerate() {
+            keys[i] = *ret;
+            values[i * cpus..(i + 1) * cpus].fill(0);
+            values[i * cpus] = *n;
+        }
+        out.filled(fresh.len());
+        Ok(())
+    }
+
+    /// The fresh tables' sites (td_fresh), each with its calls summed over
+    /// the CPUs, by address.
+    fn fresh(&self) -> Result<Vec<(u64, u64)>> {
+        let mut v = PerCpu::default();
+        lookup_percpu(&self.fresh, &ZERO_KEY, &mut v)
+            .map_err(|e| Error::bpf("reading the fresh sites", e))?;
+        Ok(percpu::fresh_sites(&v))
     }
 
     /// Reads the calls counted before the deeper-frame rules were filled
@@ -306,7 +341,12 @@ impl Maps {
     pub(crate) fn pending(&self) -> Result<Vec<(u64, u64)>> {
         let mut p = Pending::default();
         self.read_pending(&mut p)?;
-        Ok(p.sums().collect())
+        // by address, as a reader sums them
+        let mut by = std::collections::BTreeMap::new();
+        for (ret, n) in p.sums() {
+            *by.entry(ret).or_insert(0) += n;
+        }
+        Ok(by.into_iter().collect())
     }
 
     /// Whether some pending call site has no slot yet (resolving it needs
@@ -317,6 +357,11 @@ impl Maps {
                 continue;
             };
             if self.site(u64::from_ne_bytes(k))?.is_none() {
+                return Ok(true);
+            }
+        }
+        for (ret, _) in self.fresh()? {
+            if self.site(ret)?.is_none() {
                 return Ok(true);
             }
         }
@@ -426,12 +471,16 @@ impl Maps {
 
     /// The meta map's text (empty if never written).
     pub(crate) fn meta(&self) -> Result<String> {
-        let v = self
-            .meta
-            .lookup(&ZERO_KEY, MapFlags::ANY)
-            .map_err(|e| Error::bpf("reading the meta map", e))?
-            .unwrap_or_default();
-        Ok(c_str(&v))
+        meta_text(&self.meta)
+    }
+
+    /// The meta text of the instance pinned in `dir`, with none of its
+    /// other maps opened: an instance of another layout may lack some.
+    pub(crate) fn pinned_meta(dir: &Path) -> Result<String> {
+        let at = dir.join("meta");
+        let m = MapHandle::from_pinned_path(&at)
+            .map_err(|e| Error::bpf(&format!("opening {}", at.display()), e))?;
+        meta_text(&m)
     }
 
     pub(crate) fn set_meta(&self, text: &str) -> Result<()> {

@@ -2,6 +2,7 @@
 //! per-CPU value, the pending and early tables' batches (with their keys'
 //! layouts), and the counters besides the reason slots, summed over CPUs.
 
+use std::collections::HashMap;
 use std::mem::size_of;
 
 use crate::bpf::abi::{
@@ -84,6 +85,29 @@ impl Stats {
 /// the stack path's counters.
 pub(crate) fn counts_of(counts: &PerCpu) -> Vec<u64> {
     counts.sum::<COUNTS_WORDS>().to_vec()
+}
+
+/// u64s in a td_fresh: an address and its count per entry.
+const FRESH_WORDS: usize = 2 * types::td_abi::TD_FRESH.0 as usize;
+const _: () = assert!(size_of::<types::td_fresh>() == FRESH_WORDS * 8);
+
+/// The sites of the `fresh` map's per-CPU values (a taken entry names its
+/// address, which it keeps), each with its count summed over the CPUs, by
+/// address. An entry being taken may show its address before its count,
+/// or its count before its address: read later, it only grows.
+pub(crate) fn fresh_sites(fresh: &PerCpu) -> Vec<(u64, u64)> {
+    let mut by: HashMap<u64, u64> = HashMap::new();
+    if fresh.stride >= FRESH_WORDS {
+        for cpu in fresh.words.chunks_exact(fresh.stride) {
+            for e in cpu[..FRESH_WORDS].chunks_exact(2) {
+                if e[0] != 0 && e[1] != 0 {
+                    let n = by.entry(e[0]).or_insert(0);
+                    *n = n.wrapping_add(e[1]);
+                }
+            }
+        }
+    }
+    by.into_iter().collect()
 }
 
 /// One key's per-CPU value as the kernel copies it out: each possible
@@ -218,6 +242,27 @@ impl Pending {
 mod tests {
     use super::*;
     use crate::bpf::abi::NR_SLOTS;
+
+    #[test]
+    fn fresh_sites_are_summed_by_address_over_the_cpus() {
+        let mut cpu0 = vec![0u64; FRESH_WORDS];
+        let mut cpu1 = vec![0u64; FRESH_WORDS];
+        // a in entry 1 on both CPUs, b in entry 2 on one; an entry with
+        // its address not yet seen, and one with no count yet, left out
+        (cpu0[2], cpu0[3]) = (0xa0, 4);
+        (cpu0[4], cpu0[5]) = (0xb0, 1);
+        (cpu0[6], cpu0[7]) = (0, 9);
+        (cpu1[2], cpu1[3]) = (0xa0, 2);
+        (cpu1[8], cpu1[9]) = (0xc0, 0);
+        let v = PerCpu {
+            stride: FRESH_WORDS,
+            words: [cpu0, cpu1].concat(),
+        };
+        let mut got = fresh_sites(&v);
+        got.sort();
+        assert_eq!(got, vec![(0xa0, 6), (0xb0, 1)]);
+        assert!(fresh_sites(&PerCpu::default()).is_empty());
+    }
 
     #[test]
     fn percpu_values_are_summed_per_element() {

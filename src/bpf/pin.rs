@@ -377,6 +377,10 @@ pub(crate) fn try_open(func: &FuncName) -> std::result::Result<Instance, Refused
             env!("CARGO_PKG_VERSION")
         )))
     };
+    // The layout first: another layout's instance may lack a map this one has.
+    if let Ok(text) = Maps::pinned_meta(&dir) {
+        parse_meta(&text).map_err(unreadable)?;
+    }
     for name in PINNED_MAPS.iter().chain(&["link"]) {
         if !fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file()) {
             return Err(unreadable(format!("it has no {name}")));

@@ -29,6 +29,13 @@ struct {
 } pending SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_fresh);
+} fresh SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TD_NR_SLOTS);
 	__type(key, __u32);

@@ -92,29 +92,113 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
     });
 }
 
+/// Keeps the calling thread on the CPU it runs on, until dropped.
+struct OnThisCpu(libc::cpu_set_t);
+
+impl OnThisCpu {
+    fn new() -> Self {
+        // SAFETY: cpu_set_t is plain data; the calls get valid pointers to
+        // sets of their size, for this thread (0).
+        unsafe {
+            let mut was: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut was);
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut one);
+            assert_eq!(
+                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one),
+                0
+            );
+            OnThisCpu(was)
+        }
+    }
+}
+
+impl Drop for OnThisCpu {
+    fn drop(&mut self) {
+        // SAFETY: as in new.
+        unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &self.0) };
+    }
+}
+
 #[test]
 fn past_a_full_pending_table_the_calls_are_sites_full_exactly() {
     if !crate::testing::bpf_or_skip() {
         return;
     }
     with_probe(|p| {
-        let max = abi::MAX_SITES as u64;
-        let site = |i: u64| 0xffffffff81000000 + i * 16;
-        // One call from each of 100 sites more than the table holds, then
-        // more calls from a site in the table and from one past it.
-        for i in 0..max + 100 {
+        let (max, fresh) = (abi::MAX_SITES as u64, abi::FRESH as u64);
+        // 8 bytes apart: the first `fresh` sites take every entry of one
+        // CPU's fresh table, and the rest go to the pending table. The
+        // runs stay on this thread's CPU: on another, they would run in an
+        // interrupt, where an insert into the on-demand table can fail.
+        let _on = OnThisCpu::new();
+        let site = |i: u64| 0xffffffff81000000 + i * 8;
+        // One call from each of 100 sites more than the tables hold, then
+        // more calls from a site in each table and from one past them.
+        for i in 0..fresh + max + 100 {
             p.test_count(site(i), 1);
         }
-        p.test_count(site(0), 2);
-        p.test_count(site(max + 1), 3);
+        for (i, n) in [(0, 2), (fresh, 4), (fresh + max + 1, 3)] {
+            p.test_count(site(i), n);
+        }
         let pending = p.maps().pending().unwrap();
-        assert_eq!(pending.len() as u64, max);
+        assert_eq!(pending.len() as u64, fresh + max);
         assert_eq!(pending.iter().find(|s| s.0 == site(0)), Some(&(site(0), 3)));
+        let last_fresh = site(fresh - 1);
+        assert_eq!(
+            pending.iter().find(|s| s.0 == last_fresh),
+            Some(&(last_fresh, 1))
+        );
+        let first_hashed = site(fresh);
+        assert_eq!(
+            pending.iter().find(|s| s.0 == first_hashed),
+            Some(&(first_hashed, 5))
+        );
         let counts = p.maps().counts().unwrap();
         // Exactly the calls that found no room, and every other call kept.
         assert_eq!(counts[SLOT_SITES_FULL as usize], 100 + 3);
         let kept: u64 = pending.iter().map(|s| s.1).sum();
-        assert_eq!(kept + counts[SLOT_SITES_FULL as usize], max + 100 + 2 + 3);
+        assert_eq!(
+            kept + counts[SLOT_SITES_FULL as usize],
+            fresh + max + 100 + 2 + 4 + 3
+        );
+    });
+}
+
+/// A new site's calls go to its entry in the calling CPU's fresh table,
+/// or to the pending table where another site holds that entry; a reader
+/// sums both, over the CPUs, and a resolved site's count stays frozen.
+#[test]
+fn fresh_and_pending_calls_of_a_site_add_up_on_every_cpu() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    with_probe(|p| {
+        let a = 0xffffffff81000120;
+        // the same fresh entry as a on every CPU: 512 entries of 8 bytes
+        let b = a + abi::FRESH as u64 * 8;
+        p.test_count_on(a, 0);
+        for _ in 0..3 {
+            p.test_count_on(b, 0);
+        }
+        assert!(p.maps().take_new_sites());
+        let last = cpus - 1;
+        for _ in 0..4 {
+            p.test_count_on(b, last);
+        }
+        p.test_count_on(a, last);
+        // On one CPU b's 7 calls all went to the pending table; on two,
+        // b took the second CPU's entry for 4 of them.
+        assert_eq!(p.maps().pending().unwrap(), vec![(a, 2), (b, 7)]);
+        assert!(p.maps().counts().unwrap().iter().all(|&n| n == 0));
+        p.maps().add_site(a, 7).unwrap();
+        p.maps().add_site(b, 8).unwrap();
+        p.test_count_on(a, 0);
+        p.test_count_on(b, last);
+        let counts = p.maps().counts().unwrap();
+        assert_eq!((counts[7], counts[8]), (1, 1));
+        assert_eq!(p.maps().pending().unwrap(), vec![(a, 2), (b, 7)]);
     });
 }
 
@@ -254,7 +338,8 @@ fn the_pending_table_is_read_whole_in_batches() {
     with_probe(|p| {
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // More sites than a first read's room: several batch calls.
+        // More sites than a first read's room: several batch calls (64
+        // of them take fresh entries on each CPU; the rest are hashed).
         let mut want: Vec<(u64, u64)> = (0..300u64)
             .map(|i| (0xffffffff81000000 + 0x40 * i, 1 + i % 3))
             .collect();
@@ -266,9 +351,12 @@ fn the_pending_table_is_read_whole_in_batches() {
         let mut buf = Pending::default();
         let read = |buf: &mut Pending| {
             p.maps().read_pending(buf).unwrap();
-            let mut got: Vec<(u64, u64)> = buf.sums().collect();
-            got.sort();
-            got
+            // a site's fresh and pending entries, added up
+            let mut got = std::collections::BTreeMap::new();
+            for (ret, n) in buf.sums() {
+                *got.entry(ret).or_insert(0) += n;
+            }
+            got.into_iter().collect::<Vec<(u64, u64)>>()
         };
         assert_eq!(read(&mut buf), want, "{cpus} possible CPUs");
         // The buffers are reused: more calls and a new site show.

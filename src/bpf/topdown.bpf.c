@@ -50,6 +50,33 @@ char LICENSE[] SEC("license") = "GPL";
 #include "filters.bpf.h"
 
 /*
+ * Counts a call from a site not resolved yet in this CPU's fresh table, if
+ * its entry is the site's or free (then taken, and new_sites set, as by
+ * count_pending): false if another site holds it. Per CPU, so no atomics;
+ * a program does not run nested on its CPU (the kernel's recursion check;
+ * before 5.12 fentry has none, and an interrupt's call that came between
+ * the test and the store of a free entry would be counted as this one's
+ * site, as it could lose an increment of any per-CPU counter).
+ */
+static __always_inline bool count_fresh(__u64 ret)
+{
+	struct td_fresh *f = bpf_map_lookup_elem(&fresh, &zero);
+	struct td_fresh_site *e;
+
+	if (!f)
+		return false;
+	e = &f->e[(ret >> 3) & (TD_FRESH - 1)];
+	if (e->ret != ret) {
+		if (e->ret)
+			return false;
+		e->ret = ret;
+		*(volatile __u32 *)&new_sites = 1;
+	}
+	e->n++;
+	return true;
+}
+
+/*
  * Counts a call whose site is not in the cache (new, behind a deeper-frame
  * rule, or not found) on this CPU's counters `c`; returns its slot, or
  * TD_SLOT_NONE if it was counted as pending.
@@ -79,6 +106,8 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		return r;
 	}
 	/* First calls from a site: counted per address until resolved. */
+	if (count_fresh(ret))
+		return TD_SLOT_NONE;
 	r = count_pending(&pending, &ret);
 	if (r == TD_SLOT_SITES_FULL)
 		c->n[TD_SLOT_SITES_FULL]++;

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 6,
+	TD_LAYOUT_VERSION = 7,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -54,6 +54,12 @@ enum td_abi {
 	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
 	TD_SITE_SHIFT = 53,
 	TD_SLOT_SHIFT = 56,		/* TD_SITE_SHIFT + 3: a slot is 8 bytes */
+	/*
+	 * The per-CPU direct-mapped table of new sites' first calls (see
+	 * td_fresh), indexed as the site cache is.
+	 */
+	TD_FRESH_BITS = 9,
+	TD_FRESH = 1 << TD_FRESH_BITS,
 	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
 	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
 	TD_MAX_CPUS = 8192,
@@ -134,6 +140,22 @@ struct td_counts {
 	__u64 n[TD_NR_SLOTS];
 	__u64 stack[TD_NR_STACK_STATS];
 	__u64 seen;		/* calls of the stack reason, for --sample */
+};
+
+/*
+ * A CPU's calls from sites not resolved yet, direct-mapped (the pending
+ * path without a hash: one lookup of this CPU's value). An entry is taken
+ * by the first address to reach it and keeps it: its count only grows, so
+ * readers sum it as they do the pending table, which takes the addresses
+ * that find their entry taken by another.
+ */
+struct td_fresh_site {
+	__u64 ret;
+	__u64 n;
+};
+
+struct td_fresh {
+	struct td_fresh_site e[TD_FRESH];
 };
 
 /*

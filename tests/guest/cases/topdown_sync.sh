@@ -164,15 +164,16 @@ expect_eq "after re-pin: nothing to change" "$(cat "$TD_TMP/sync.err")" \
 	"topdown: nothing to change: 2 declared in $D and pinned"
 
 # 3b. An upgrade: an instance pinned by a topdown with an older map layout (its meta
-# map rewritten as such a topdown left it: the layout is read from there first) is
-# refused in one line that says how to re-pin, and sync replaces it, saying that its
-# counts restart.
+# map rewritten as such a topdown left it, the layout read from there first, and the
+# fresh map that layouts before 7 lack unpinned) is refused in one line that says how
+# to re-pin, and sync replaces it, saying that its counts restart.
 json='{"layout":3,"version":"0.9.0"}'
 hex=$(printf '%s' "$json" | od -An -tx1 -v | tr -s ' \n' '  ')
 pad=$(awk -v n=${#json} 'BEGIN { for (i = n; i < 32768; i++) printf "00 " }')
 # shellcheck disable=SC2086 # one argument a byte
 bpftool map update pinned $ROOT/$FN/meta key 0 0 0 0 value hex $hex $pad ||
 	fail "cannot rewrite $FN's meta"
+rm $ROOT/$FN/fresh || fail "cannot unpin $FN's fresh map"
 expect_fail 1 "$FN's pinned instance cannot be read by this topdown (.* with map layout [0-9]*): it was pinned by topdown 0.9.0 with map layout 3; re-pin it: 'topdown pin --sync' if a declaration pins it (its counts restart), else 'topdown unpin $FN' and pin it again" show $FN
 do_sync
 synced_line "topdown: re-pinned $FN with fentry as $FN.toml declares (its old instance was made by a topdown with another map layout: its counts restart at 0)"
