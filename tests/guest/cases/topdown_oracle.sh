@@ -1,0 +1,89 @@
+# Caller for caller, against the kernel's own tracer: kfree (dozens of callers) with
+# --no-profile, a reason per caller function, counted by topdown -p for one process that
+# goes through many kernel paths (tests/workloads/syscalls.c: files, pipes, sockets,
+# epoll, signalfd, inotify, memfd, SysV IPC ...; no fork, no thread), and at the same
+# time by ftrace's function tracer limited to that pid. Both filter on the task that
+# runs (interrupts included), and the process makes no call while either is being set
+# up, so every caller's count is the same in both; clone suffixes (.isra.0, .cold) are
+# folded as topdown folds them. A call topdown's program skipped (the kernel's
+# recursion check: an interrupt's kfree while the program ran) is counted as a
+# recursion miss: those are the only calls it may lack.
+# ftrace names the function its return address lies in. topdown names a tail call
+# after the function that jumped (its "(tail call)" and "-> indirect" rows, checked
+# against the code in topdown_tailcall): /proc/kcore is masked here, so that it names
+# every call as ftrace does, by the return address alone.
+. "$TD_LIB"
+need_cmd topdown syscalls
+need_func kfree
+T=/sys/kernel/tracing
+if [ ! -w $T/set_ftrace_filter ] || ! grep -qx kfree $T/available_filter_functions; then
+	skip "ftrace cannot trace kfree here"
+fi
+
+# Without kernel text to read, topdown names callers by the return address (and says so).
+mount --bind /dev/null /proc/kcore || fail "cannot mask /proc/kcore"
+trap 'umount /proc/kcore 2>/dev/null; kill -USR1 $sc 2>/dev/null' EXIT
+# Loopback, for the TCP and UDP paths (left out, and named, if it cannot be had).
+ip link set lo up 2>/dev/null
+syscalls 3 "$TD_TMP/sc" >"$TD_TMP/sc.out" 2>"$TD_TMP/sc.err" &
+sc=$!
+wait_line "$TD_TMP/sc.out" "syscalls: ready"
+td_start kfree --no-profile --no-auto --max-reasons 253 -p $sc
+wait_line "$TD_ERR" "^topdown: notice: /proc/kcore: .*counted under the caller's caller"
+echo 0 >$T/tracing_on
+echo nop >$T/current_tracer
+echo 16384 >$T/buffer_size_kb
+echo kfree >$T/set_ftrace_filter || fail "cannot filter ftrace on kfree"
+echo $sc >$T/set_ftrace_pid || fail "cannot filter ftrace on pid $sc"
+echo >$T/trace
+echo function >$T/current_tracer
+echo 1 >$T/tracing_on
+kill -USR1 $sc
+wait_line "$TD_TMP/sc.out" "syscalls: done"
+echo 0 >$T/tracing_on
+td_stop
+kill -USR1 $sc
+wait_exit $sc syscalls || fail "syscalls exited with $?"
+cat "$TD_TMP/sc.err"
+lost=$(awk '/^overrun:/ { s += $2 } END { print s + 0 }' $T/per_cpu/cpu*/stats)
+# Lines look like "  syscalls-123  [001] ..... 12.345678: kfree <-CALLER".
+awk '
+	/^#/ { next }
+	{
+		for (i = 1; i < NF; i++)
+			if ($i == "kfree" && substr($(i + 1), 1, 2) == "<-") {
+				c = substr($(i + 1), 3)
+				sub(/\..*/, "", c)
+				n[c]++
+			}
+	}
+	END { for (c in n) print c, n[c] }
+' $T/trace | sort >"$TD_TMP/ftrace"
+echo nop >$T/current_tracer
+echo >$T/set_ftrace_filter
+echo >$T/set_ftrace_pid
+expect_eq "ftrace's lost events" "$lost" 0
+
+[ "$TD_RC" = 0 ] || fail "topdown exited with $TD_RC"
+echo "$TD_SUMMARY" | grep -o '"reasons":\[[^]]*\]' | head -n 1 |
+	grep -o '{"reason":"[^"]*","count":[0-9]*' |
+	sed 's/{"reason":"\([^"]*\)","count":\([0-9]*\)/\1 \2/' | sort >"$TD_TMP/topdown"
+callers=$(wc -l <"$TD_TMP/ftrace")
+calls=$(awk '{ s += $2 } END { print s + 0 }' "$TD_TMP/ftrace")
+echo "oracle: $calls calls of kfree from $callers callers (ftrace)"
+[ "$callers" -ge 40 ] || fail "only $callers callers of kfree: the workload is too narrow to tell"
+expect_eq "topdown's callers not found" "$(summary_num caller_not_found)" 0
+expect_eq "topdown's calls in OTHER" "$(grep -c '^OTHER ' "$TD_TMP/topdown")" 0
+misses=$(summary_num recursion_misses)
+# Per caller: ftrace's count, topdown's, and what topdown lacks.
+awk 'NR == FNR { f[$1] = $2; next } { t[$1] = $2 }
+	END {
+		for (c in f) print c, f[c], t[c] + 0
+		for (c in t) if (!(c in f)) print c, 0, t[c]
+	}' "$TD_TMP/ftrace" "$TD_TMP/topdown" | sort >"$TD_TMP/both"
+awk '$2 != $3 { print "oracle: " $1 ": ftrace " $2 ", topdown " $3 }' "$TD_TMP/both"
+over=$(awk '$3 > $2 { n++ } END { print n + 0 }' "$TD_TMP/both")
+short=$(awk '$3 < $2 { s += $2 - $3 } END { print s + 0 }' "$TD_TMP/both")
+expect_eq "callers topdown counted more often than ftrace" "$over" 0
+expect_eq "calls topdown lacks, against its recursion misses" "$short" "${misses:-0}"
+exit 0
