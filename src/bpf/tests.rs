@@ -176,7 +176,7 @@ fn fresh_and_pending_calls_of_a_site_add_up_on_every_cpu() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     with_probe(|p| {
         let a = 0xffffffff81000120;
-        // the same fresh entry as a on every CPU: 512 entries of 8 bytes
+        // the same fresh entry as a on every CPU, a table of 8-byte steps further
         let b = a + abi::FRESH as u64 * 8;
         p.test_count_on(a, 0);
         for _ in 0..3 {
@@ -338,7 +338,7 @@ fn the_pending_table_is_read_whole_in_batches() {
     with_probe(|p| {
         let cpus = libbpf_rs::num_possible_cpus().unwrap();
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // More sites than a first read's room: several batch calls (64
+        // More sites than a first read's room: several batch calls (32
         // of them take fresh entries on each CPU; the rest are hashed).
         let mut want: Vec<(u64, u64)> = (0..300u64)
             .map(|i| (0xffffffff81000000 + 0x40 * i, 1 + i % 3))

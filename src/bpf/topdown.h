@@ -58,7 +58,7 @@ enum td_abi {
 	 * The per-CPU direct-mapped table of new sites' first calls (see
 	 * td_fresh), indexed as the site cache is.
 	 */
-	TD_FRESH_BITS = 9,
+	TD_FRESH_BITS = 8,
 	TD_FRESH = 1 << TD_FRESH_BITS,
 	TD_META_LEN = 32768,		/* the meta map's JSON, NUL included */
 	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
