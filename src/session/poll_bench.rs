@@ -1,12 +1,15 @@
 //! A synthetic benchmark of one poll's user-space work, with no kernel:
-//! 128 reasons and 256 CPUs of per-CPU values through the code a poll
-//! runs. What it times, per poll:
+//! 128 reasons and 256 or 1,024 CPUs of per-CPU values through the code a
+//! poll runs. What it times, per poll:
 //!
 //! - counts: the counter array's per-CPU values, as the kernel copies them
 //!   into the poller's buffer, summed into the slots (`Poller::slots`);
 //! - pending: every pending call site's per-CPU counts, as batch lookups
 //!   copy them into the poller's buffer, summed per site and added under
 //!   the sites' slots (`Poller::add_pending`);
+//! - fresh: every CPU's fresh table (`percpu::fresh_sites`), each CPU with
+//!   as many taken entries as there are pending sites, up to the table's
+//!   size;
 //! - tick: `State::tick`, the trigger's decision over the last second;
 //! - interval: the drop counters (`Poller::stats_of`) and
 //!   `State::interval`, a print interval's figures with reason names (each
@@ -32,7 +35,7 @@ use std::mem::size_of;
 use std::time::Duration;
 
 use crate::bpf::abi::{FIRST_REASON, NR_SLOTS};
-use crate::bpf::percpu::{PerCpu, Stats};
+use crate::bpf::percpu::{self, PerCpu, Stats};
 use crate::bpf::probe::ProgStats;
 use crate::bpf::skel::types;
 use crate::reasons::Reasons;
@@ -42,7 +45,6 @@ use crate::session::state::State;
 use crate::session::timing::TICK;
 use crate::session::trigger::{Trigger, TriggerConfig};
 
-const CPUS: usize = 256;
 const REASONS: usize = 128;
 /// Polls per figure in the benchmark.
 const POLLS: usize = 2000;
@@ -57,18 +59,24 @@ fn bump(flat: &mut [u64], stride: usize, word: usize, n: u64) {
 /// What the kernel's copies leave in the poller's buffers (not timed: the
 /// map reads are left out): the counter array's value, then the pending
 /// table in batches of the room `Maps::read_pending` gives each.
-fn kernel_copy(poller: &mut Poller, counts: &[u64], stride: usize, sites: &[(u64, u32, Vec<u64>)]) {
+fn kernel_copy(
+    poller: &mut Poller,
+    cpus: usize,
+    counts: &[u64],
+    stride: usize,
+    sites: &[(u64, u32, Vec<u64>)],
+) {
     let (c, pending) = poller.buffers();
     c.stride = stride;
     c.words.clear();
     c.words.extend_from_slice(counts);
     let room = pending.len() + 64;
-    pending.clear(CPUS, 1);
+    pending.clear(cpus, 1);
     for batch in sites.chunks(room) {
         let (keys, values) = pending.spare(room);
         for (i, (ret, _, flat)) in batch.iter().enumerate() {
             keys[i] = *ret;
-            values[i * CPUS..(i + 1) * CPUS].copy_from_slice(flat);
+            values[i * cpus..(i + 1) * cpus].copy_from_slice(flat);
         }
         pending.filled(batch.len());
     }
@@ -114,7 +122,7 @@ type PendingSites = Vec<(u64, u32, Vec<u64>)>;
 /// REASONS named reasons and `sites_per_reason` call sites of each,
 /// pending with their first calls on every CPU: the table keeps them after
 /// resolution, so every poll reads every site.
-fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, PendingSites) {
+fn reasons_and_sites(cpus: usize, sites_per_reason: usize) -> (Reasons, Vec<u32>, PendingSites) {
     let mut reasons = Reasons::new(REASONS);
     let slots: Vec<u32> = (0..REASONS)
         .map(|i| reasons.slot(&format!("REASON_{i}")))
@@ -123,12 +131,28 @@ fn reasons_and_sites(sites_per_reason: usize) -> (Reasons, Vec<u32>, PendingSite
     let sites = (0..REASONS * sites_per_reason)
         .map(|i| {
             let ret = 0xffff_ffff_8100_0000 + 0x40 * i as u64;
-            let mut flat = vec![0u64; CPUS];
+            let mut flat = vec![0u64; cpus];
             bump(&mut flat, 1, 0, 1 + i as u64 % 7);
             (ret, slots[i / sites_per_reason], flat)
         })
         .collect();
     (reasons, slots, sites)
+}
+
+/// Entries of a CPU's fresh table.
+const FRESH: usize = types::td_abi::TD_FRESH.0 as usize;
+
+/// Every CPU's fresh table as the kernel copies it out: the first sites,
+/// as many as it holds, in entries of their own on every CPU.
+fn fresh_tables(cpus: usize, sites: &PendingSites) -> PerCpu {
+    let stride = size_of::<types::td_fresh>() / 8;
+    let mut words = vec![0u64; cpus * stride];
+    for cpu in words.chunks_exact_mut(stride) {
+        for (e, (ret, _, _)) in cpu.chunks_exact_mut(2).zip(sites) {
+            (e[0], e[1]) = (*ret, 1);
+        }
+    }
+    PerCpu { stride, words }
 }
 
 /// A run's state with the trigger on, from zero.
@@ -170,6 +194,7 @@ fn expected_totals(counts: &[u64], stride: usize, sites: &PendingSites) -> Vec<u
 struct Times {
     counts: Vec<Duration>,
     pending: Vec<Duration>,
+    fresh: Vec<Duration>,
     tick: Vec<Duration>,
     interval: Vec<Duration>,
     total: Vec<Duration>,
@@ -177,22 +202,24 @@ struct Times {
 
 impl Times {
     /// Takes the times of one poll, from the instants between its parts.
-    fn push(&mut self, t: [Instant; 5]) {
+    fn push(&mut self, t: [Instant; 6]) {
         self.counts.push(t[1] - t[0]);
         self.pending.push(t[2] - t[1]);
-        self.tick.push(t[3] - t[2]);
-        self.interval.push(t[4] - t[3]);
-        self.total.push(t[4] - t[0]);
+        self.fresh.push(t[3] - t[2]);
+        self.tick.push(t[4] - t[3]);
+        self.interval.push(t[5] - t[4]);
+        self.total.push(t[5] - t[0]);
     }
 
-    fn print(&mut self, sites: usize, polls: usize) {
+    fn print(&mut self, cpus: usize, sites: usize, polls: usize) {
         println!(
-            "poll-bench: {REASONS} reasons, {sites} pending sites, {CPUS} CPUs, median of {polls} polls (CPU time): \
-             {:.1} us per poll (counts {:.1}, pending sites {:.1}, tick {:.1}, interval {:.1}); \
+            "poll-bench: {REASONS} reasons, {sites} pending sites, {cpus} CPUs, median of {polls} polls (CPU time): \
+             {:.1} us per poll (counts {:.1}, pending sites {:.1}, fresh tables {:.1}, tick {:.1}, interval {:.1}); \
              worst {:.1} us",
             micros(median(&mut self.total)),
             micros(median(&mut self.counts)),
             micros(median(&mut self.pending)),
+            micros(median(&mut self.fresh)),
             micros(median(&mut self.tick)),
             micros(median(&mut self.interval)),
             micros(*self.total.iter().max().unwrap()),
@@ -203,16 +230,17 @@ impl Times {
 /// Runs `polls` polls (after a first one that resolves every site) with
 /// `sites_per_reason` pending call sites per reason; prints the median of
 /// each part and of the whole, in µs, if `print`.
-fn run(sites_per_reason: usize, polls: usize, print: bool) {
+fn run(cpus: usize, sites_per_reason: usize, polls: usize, print: bool) {
     let stride = size_of::<types::td_counts>() / 8;
-    let mut counts = vec![0u64; CPUS * stride];
-    let (reasons, slots, sites) = reasons_and_sites(sites_per_reason);
+    let mut counts = vec![0u64; cpus * stride];
+    let (reasons, slots, sites) = reasons_and_sites(cpus, sites_per_reason);
+    let fresh = fresh_tables(cpus, &sites);
     let mut state = auto_state();
     let mut poller = Poller::default();
     let stats_stride = size_of::<types::td_stats>() / 8;
     let rare = PerCpu {
         stride: stats_stride,
-        words: vec![1; CPUS * stats_stride],
+        words: vec![1; cpus * stats_stride],
     };
     let mut times = Times::default();
     let tick = TICK.as_secs_f64();
@@ -221,7 +249,7 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
         for (i, &s) in slots.iter().enumerate() {
             bump(&mut counts, stride, s as usize, 1 + (i + p) as u64 % 13);
         }
-        kernel_copy(&mut poller, &counts, stride, &sites);
+        kernel_copy(&mut poller, cpus, &counts, stride, &sites);
         let t0 = Instant::now();
         let mut cur = poller.slots();
         let t1 = Instant::now();
@@ -231,39 +259,44 @@ fn run(sites_per_reason: usize, polls: usize, print: bool) {
             })
             .unwrap();
         let t2 = Instant::now();
+        let taken = black_box(percpu::fresh_sites(black_box(&fresh)));
+        let t3 = Instant::now();
         if !print {
+            assert_eq!(taken.len(), sites.len().min(FRESH), "poll {p}");
             // Not timed.
             assert_eq!(cur, expected_totals(&counts, stride, &sites), "poll {p}");
         }
         let now = p as f64 * tick;
         black_box(state.tick(now, (now * 1e9) as u64, &cur));
-        let t3 = Instant::now();
+        let t4 = Instant::now();
         // The drop counters: the statistics map's values (its read left
         // out like the others) with the stack path's counters from the
         // counter array summed above; the program's run statistics come
         // from a bpf() call, left out.
         let counters = (poller.stats_of(&rare), ProgStats::default());
         black_box(state.interval(cur, counters, tick, &reasons, (now, clock())));
-        let t4 = Instant::now();
+        let t5 = Instant::now();
         // Poll 0 resolves every site: not the steady state.
         if p > 0 {
-            times.push([t0, t1, t2, t3, t4]);
+            times.push([t0, t1, t2, t3, t4, t5]);
         }
     }
     if print {
-        times.print(sites.len(), polls);
+        times.print(cpus, sites.len(), polls);
     }
 }
 
 #[test]
 #[ignore = "a benchmark: prints figures (cargo test --release poll_bench -- --ignored --nocapture)"]
-fn poll_cost_128_reasons_256_cpus() {
-    run(1, POLLS, true);
-    run(4, POLLS, true);
+fn poll_cost_128_reasons_256_and_1024_cpus() {
+    for cpus in [256, 1024] {
+        run(cpus, 1, POLLS, true);
+        run(cpus, 4, POLLS, true);
+    }
 }
 
 /// The benchmark's code path, a few polls, no figures.
 #[test]
 fn poll_bench_runs() {
-    run(1, 3, false);
+    run(4, 1, 3, false);
 }
