@@ -119,6 +119,9 @@ pub(crate) struct LoadConfig {
     /// A tracepoint's glue: the address ranges of the functions between
     /// the code that fired it and the program (at most MAX_GLUE).
     pub(crate) glue: Vec<(u64, u64)>,
+    /// New sites' calls are counted in the per-CPU fresh table first (a
+    /// pinned instance's; see td_fresh).
+    pub(crate) fresh: bool,
 }
 
 /// Address ranges of a tracepoint's glue the programs take.
@@ -169,6 +172,7 @@ impl LoadConfig {
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
         dst.stacks = self.stacks.into();
+        dst.fresh = self.fresh.into();
         (dst.bg_every_ns, dst.bg_burst_ns) = match self.stacks {
             true => background_bucket(self.background),
             false => (0, 0),

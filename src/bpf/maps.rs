@@ -31,8 +31,10 @@ pub(crate) struct Maps {
     counts: MapHandle,
     sites: MapHandle,
     pending: MapHandle,
-    /// Each CPU's direct-mapped table of new sites' first calls (td_fresh).
-    fresh: MapHandle,
+    /// Each CPU's direct-mapped table of new sites' first calls (td_fresh):
+    /// None where the program does not use it (only a pinned instance's
+    /// does), so that no poll reads it.
+    fresh: Option<MapHandle>,
     /// Calls counted before the deeper-frame rules were filled in (None
     /// for a pinned instance, whose rules are filled in before load).
     early: Option<MapHandle>,
@@ -193,7 +195,8 @@ impl Maps {
             counts: handle(&m.counts, "counts")?,
             sites: handle(&m.sites, "sites")?,
             pending: handle(&m.pending, "pending")?,
-            fresh: handle(&m.fresh, "fresh")?,
+            fresh: Some(handle(&m.fresh, "fresh")?)
+                .filter(|_| m.rodata_data.is_some_and(|r| r.cfg.fresh != 0)),
             // Sized to one entry where it cannot be used: no read per poll.
             early: Some(handle(&m.early, "early")?).filter(|e| e.max_entries() > 1),
             stats: handle(&m.stats, "stats")?,
@@ -227,7 +230,7 @@ impl Maps {
             counts: open("counts")?,
             sites: open("sites")?,
             pending: open("pending")?,
-            fresh: open("fresh")?,
+            fresh: Some(open("fresh")?),
             early: None,
             stats: open("stats")?,
             rstacks: open("rstacks")?,
@@ -246,11 +249,14 @@ impl Maps {
 
     /// Pins every map of `PINNED_MAPS` into `dir`.
     pub(crate) fn pin(&mut self, dir: &Path) -> Result<()> {
+        // A pinned instance's program counts its new sites there (see td_fresh).
+        let fresh = self.fresh.as_mut().ok_or_else(|| {
+            Error::msg("the counting program was loaded without its fresh table: not pinnable")
+        })?;
         for (name, m) in [
             ("counts", &mut self.counts),
             ("sites", &mut self.sites),
             ("pending", &mut self.pending),
-            ("fresh", &mut self.fresh),
             ("stats", &mut self.stats),
             ("budget", &mut self.budget),
             ("samples", &mut self.samples),
@@ -259,6 +265,7 @@ impl Maps {
             ("data", &mut self.data),
             ("bss", &mut self.bss),
             ("rstacks", &mut self.rstacks),
+            ("fresh", fresh),
         ] {
             m.pin(dir.join(name))
                 .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
@@ -307,8 +314,11 @@ impl Maps {
     /// The fresh tables' sites (td_fresh), each with its calls summed over
     /// the CPUs, by address.
     fn fresh(&self) -> Result<Vec<(u64, u64)>> {
+        let Some(fresh) = &self.fresh else {
+            return Ok(Vec::new());
+        };
         let mut v = PerCpu::default();
-        lookup_percpu(&self.fresh, &ZERO_KEY, &mut v)
+        lookup_percpu(fresh, &ZERO_KEY, &mut v)
             .map_err(|e| Error::bpf("reading the fresh sites", e))?;
         Ok(percpu::fresh_sites(&v))
     }

@@ -29,10 +29,14 @@ mod tracepoint;
 
 const FUNC: u64 = 0xffffffff82000000;
 
+/// The self-test program as a pinned instance loads it: new sites' calls
+/// go to the fresh table first (the other loads here take the pending
+/// hash alone, as a live run does).
 fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
     let mut storage = MaybeUninit::uninit();
     let config = LoadConfig {
         func_addr: FUNC,
+        fresh: true,
         ..LoadConfig::default()
     };
     f(&mut selftest::load(&mut storage, &config));
@@ -163,6 +167,32 @@ fn past_a_full_pending_table_the_calls_are_sites_full_exactly() {
             fresh + max + 100 + 2 + 4 + 3
         );
     });
+}
+
+/// A live run's program has no fresh table: past the pending hash's
+/// 16,384 sites, every call is sites full.
+#[test]
+fn without_the_fresh_table_the_pending_hash_takes_every_new_site() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let mut storage = MaybeUninit::uninit();
+    let config = LoadConfig {
+        func_addr: FUNC,
+        ..LoadConfig::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    let _on = OnThisCpu::new();
+    let max = abi::MAX_SITES as u64;
+    let site = |i: u64| 0xffffffff81000000 + i * 8;
+    for i in 0..max + 100 {
+        p.test_count(site(i), 1);
+    }
+    p.test_count(site(0), 2);
+    let pending = p.maps().pending().unwrap();
+    assert_eq!(pending.len() as u64, max);
+    assert_eq!(pending.iter().find(|s| s.0 == site(0)), Some(&(site(0), 3)));
+    assert_eq!(p.maps().counts().unwrap()[SLOT_SITES_FULL as usize], 100);
 }
 
 /// A new site's calls go to its entry in the calling CPU's fresh table,

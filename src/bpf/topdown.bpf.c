@@ -106,7 +106,7 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		return r;
 	}
 	/* First calls from a site: counted per address until resolved. */
-	if (count_fresh(ret))
+	if (cfg.fresh && count_fresh(ret))
 		return TD_SLOT_NONE;
 	r = count_pending(&pending, &ret);
 	if (r == TD_SLOT_SITES_FULL)

@@ -237,7 +237,12 @@ struct td_config {
 	__u8 func_ip_helper;
 	/* The kernel has bpf_get_func_arg_cnt (5.17): fentry's one-load path. */
 	__u8 arg_cnt_helper;
-	__u8 pad[2];
+	/*
+	 * New sites' calls go to the per-CPU fresh table first (a pinned
+	 * instance: with no reader, its new sites stay pending; see td_fresh).
+	 */
+	__u8 fresh;
+	__u8 pad[1];
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;

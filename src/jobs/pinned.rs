@@ -55,6 +55,7 @@ fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
         stacks: true,
         filter: p.filter.clone(),
         rules_at_load: true,
+        fresh: true,
         ..Extra::default()
     };
     let settings = (p.max_reasons, &p.load, extra);

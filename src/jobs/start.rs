@@ -31,6 +31,9 @@ pub(super) struct Extra {
     /// kernel's symbols must then be read first: a pinned instance's, so
     /// that its readers never meet the early table.
     pub(super) rules_at_load: bool,
+    /// New sites' calls go to the per-CPU fresh table first: a pinned
+    /// instance's, whose new sites stay pending while nobody reads it.
+    pub(super) fresh: bool,
 }
 
 /// The counting program attached and its reasons set up.
@@ -185,6 +188,7 @@ pub(super) fn start<'obj>(
             stacks: extra.stacks,
             filter: extra.filter.for_bpf(),
             glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
+            fresh: extra.fresh,
         };
         let func = target.func.as_str();
         let a = attach::attach(
@@ -256,6 +260,7 @@ pub(super) fn start_user<'obj>(
         stacks: t.stacks(),
         filter: t.filter.for_bpf(),
         glue: Vec::new(),
+        fresh: false,
     };
     let features = host::Features::probe();
     let bare = t.companion == Some(Companion::Bare);

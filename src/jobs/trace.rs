@@ -43,6 +43,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         stacks: t.stacks(),
         filter: t.filter.clone(),
         rules_at_load: false,
+        fresh: false,
     };
     let started = start::start(
         &mut storage,
