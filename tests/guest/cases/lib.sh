@@ -270,9 +270,9 @@ wait_exit() {
 }
 
 # td_ready: wait until the topdown of td_start is past start-up. It counts from attach
-# ("Ctrl-C to end"), but reads the kernel's symbols after that (seconds under emulation),
-# and resolves no call site until its loop runs; its first interval line (--json, not
-# -q) comes from the loop.
+# ("Ctrl-C to end", with the kernel's symbols read), but resolves no call site until its
+# loop runs: the first calls are pending until then. Its first interval line (--json,
+# not -q) comes from the loop.
 td_ready() {
 	wait_line "$TD_OUT" '"type":"interval"'
 }
