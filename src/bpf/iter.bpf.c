@@ -80,24 +80,37 @@ static long pending_site(struct bpf_map *map, __u64 *key, __u64 *value, struct t
 	return 0;
 }
 
-/*
- * Entry i of the fresh tables, CPU by CPU (TD_FRESH entries each): its
- * count if its site's slot is the one asked for.
- */
-static long fresh_entry(__u32 i, struct td_sum *s)
-{
-	__u32 zero = 0, *slot;
-	struct td_fresh *f = bpf_map_lookup_percpu_elem(&fresh, &zero, i / TD_FRESH);
-	struct td_fresh_site *e;
+/* One CPU's fresh table, summed for a slot. */
+struct td_fresh_sum {
+	struct td_fresh *f;
+	struct td_sum *s;
+};
 
-	if (!f)
-		return 1;
-	e = &f->e[i & (TD_FRESH - 1)];
+/* Entry i of a CPU's fresh table: its count if its site's slot is the one asked for. */
+static long fresh_entry(__u32 i, struct td_fresh_sum *c)
+{
+	struct td_fresh_site *e = &c->f->e[i & (TD_FRESH - 1)];
+	__u32 *slot;
+
 	if (!e->ret)
 		return 0;
 	slot = bpf_map_lookup_elem(&sites, &e->ret);
-	if ((slot ? *slot : TD_SLOT_NONE) == s->slot)
-		s->sum += e->n;
+	if ((slot ? *slot : TD_SLOT_NONE) == c->s->slot)
+		c->s->sum += e->n;
+	return 0;
+}
+
+/* CPU cpu's fresh table: looked up once, its entries walked. */
+static long fresh_cpu(__u32 cpu, struct td_sum *s)
+{
+	__u32 zero = 0;
+	struct td_fresh *f = bpf_map_lookup_percpu_elem(&fresh, &zero, cpu);
+	struct td_fresh_sum c = { .s = s };
+
+	if (!f)
+		return 1;
+	c.f = f;
+	bpf_loop(TD_FRESH, fresh_entry, &c, 0);
 	return 0;
 }
 
@@ -109,7 +122,7 @@ static __u64 slot_sum(__u64 values, __u32 slot)
 	if (slot < TD_NR_SLOTS)
 		bpf_loop(nr_cpus, counts_cpu, &s, 0);
 	bpf_for_each_map_elem(&pending, pending_site, &s, 0);
-	bpf_loop(nr_cpus * TD_FRESH, fresh_entry, &s, 0);
+	bpf_loop(nr_cpus, fresh_cpu, &s, 0);
 	return s.sum;
 }
 
