@@ -50,29 +50,33 @@ need_cmd() {
 	done
 }
 
-# ftrace_calls FUNC CMD [ARG...]: run CMD with the ftrace function tracer limited to the
-# kernel function FUNC and to CMD's process, print CMD's output, then one line per caller:
-#   ftrace: FUNC <count> <comm> <caller>
-# (the caller is the function FUNC was called from, as ftrace shows it after "<-").
-# Returns CMD's exit status; returns 77 if ftrace cannot trace FUNC.
-ftrace_calls() {
-	_fn=$1
-	shift
+# ftrace_on FUNC [PID]: start ftrace's function tracer on the kernel function FUNC, for
+# process PID alone if given (else every task, until a pid is written to
+# set_ftrace_pid). Returns 77 if ftrace cannot trace FUNC.
+ftrace_on() {
 	_t=/sys/kernel/tracing
 	[ -w "$_t/set_ftrace_filter" ] || return 77
-	grep -qx "$_fn" "$_t/available_filter_functions" 2>/dev/null || return 77
+	grep -qx "$1" "$_t/available_filter_functions" 2>/dev/null || return 77
 	echo 0 >"$_t/tracing_on"
 	echo nop >"$_t/current_tracer"
 	echo 8192 >"$_t/buffer_size_kb"
-	echo "$_fn" >"$_t/set_ftrace_filter" || return 77
+	echo "$1" >"$_t/set_ftrace_filter" || return 77
+	[ -z "${2:-}" ] || echo "$2" >"$_t/set_ftrace_pid" || return 77
 	echo >"$_t/trace"
 	echo function >"$_t/current_tracer"
 	echo 1 >"$_t/tracing_on"
-	sh -c 'echo $$ >/sys/kernel/tracing/set_ftrace_pid && exec "$@"' sh "$@"
-	_rc=$?
+}
+
+# ftrace_off FUNC: stop the tracer ftrace_on started, print one line per process name
+# and caller:
+#   ftrace: FUNC <count> <comm> <caller>
+# (the caller is the function FUNC was called from, as ftrace shows it after "<-"),
+# then "ftrace: lost N events (buffer overrun)" if events were lost; then ftrace_reset.
+ftrace_off() {
+	_t=/sys/kernel/tracing
 	echo 0 >"$_t/tracing_on"
 	# Lines look like "  thp-123  [001] ..... 12.345678: FUNC <-CALLER".
-	awk -v fn="$_fn" '
+	awk -v fn="$1" '
 		/^#/ { next }
 		{
 			for (i = 1; i < NF; i++)
@@ -86,9 +90,26 @@ ftrace_calls() {
 	' "$_t/trace" | sort
 	_lost=$(awk '/^overrun:/ { s += $2 } END { print s + 0 }' "$_t"/per_cpu/cpu*/stats)
 	[ "$_lost" = 0 ] || echo "ftrace: lost $_lost events (buffer overrun)"
-	echo nop >"$_t/current_tracer"
-	echo >"$_t/set_ftrace_filter"
-	echo >"$_t/set_ftrace_pid"
+	ftrace_reset
+}
+
+# ftrace_reset: ftrace with no tracer, no function filter and no pid filter.
+ftrace_reset() {
+	echo nop >/sys/kernel/tracing/current_tracer
+	echo >/sys/kernel/tracing/set_ftrace_filter
+	echo >/sys/kernel/tracing/set_ftrace_pid
+}
+
+# ftrace_calls FUNC CMD [ARG...]: run CMD with the ftrace function tracer limited to the
+# kernel function FUNC and to CMD's process, print CMD's output, then ftrace_off's lines.
+# Returns CMD's exit status; returns 77 if ftrace cannot trace FUNC.
+ftrace_calls() {
+	_fn=$1
+	shift
+	ftrace_on "$_fn" || return 77
+	sh -c 'echo $$ >/sys/kernel/tracing/set_ftrace_pid && exec "$@"' sh "$@"
+	_rc=$?
+	ftrace_off "$_fn"
 	return $_rc
 }
 
