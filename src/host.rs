@@ -170,6 +170,9 @@ pub(crate) struct Features {
     /// The bpf_get_func_arg_cnt helper (Linux 5.17), which fentry's
     /// one-load common path needs.
     pub(crate) arg_cnt_helper: bool,
+    /// The bpf_rdonly_cast kfunc (Linux 6.2), through which that load is a
+    /// plain one, not a helper call.
+    pub(crate) cast_kfunc: bool,
 }
 
 impl Features {
@@ -183,10 +186,14 @@ impl Features {
         let names = if btf {
             btf_has_names(
                 &fs::read(BTF_PATH).unwrap_or_default(),
-                &["BPF_FUNC_get_func_arg_cnt", "bpf_mem_alloc"],
+                &[
+                    "BPF_FUNC_get_func_arg_cnt",
+                    "bpf_mem_alloc",
+                    "bpf_rdonly_cast",
+                ],
             )
         } else {
-            vec![false; 2]
+            vec![false; 3]
         };
         Features {
             btf,
@@ -196,6 +203,7 @@ impl Features {
             loop_helper: helper_supported(libbpf_sys::BPF_FUNC_loop),
             func_ip_helper: helper_supported(libbpf_sys::BPF_FUNC_get_func_ip),
             arg_cnt_helper: names[0],
+            cast_kfunc: names[2],
         }
     }
 

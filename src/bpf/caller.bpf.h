@@ -268,12 +268,13 @@ static __always_inline __u64 read_word(void *at)
 	return w;
 }
 
-static __always_inline __u64 fentry_caller_quick(void *ctx)
+/* `known`: the kernel has bpf_rdonly_cast, not tested for (TD_PATH_KNOWN). */
+static __always_inline __u64 fentry_caller_quick(void *ctx, bool known)
 {
 	/* inlined for fentry: a load of ctx - 8 */
 	void *at = ctx + ((bpf_get_func_arg_cnt(ctx) * 8) & TD_WORD_OFFSETS);
 
-	if (__builtin_expect(bpf_ksym_exists(bpf_rdonly_cast), 1))
+	if (known || __builtin_expect(bpf_ksym_exists(bpf_rdonly_cast), 1))
 		/* r13: the third word */
 		return bpf_core_cast(at, struct pt_regs)->r13;
 	return read_word(at + 16);
@@ -281,7 +282,7 @@ static __always_inline __u64 fentry_caller_quick(void *ctx)
 #else
 /* arm64: the checked way is the only one (two frame records to tell apart). */
 #define TD_QUICK_FENTRY 0
-#define fentry_caller_quick fentry_caller
+#define fentry_caller_quick(ctx, known) fentry_caller(ctx)
 #endif
 
 /*
@@ -548,12 +549,16 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 	return -1;
 }
 
-/* The caller's return address as the common path reads it: one load. */
-static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind)
+/*
+ * The caller's return address as the common path reads it: one load.
+ * `known`: the kernel has what fentry's one-load read takes, not tested
+ * for (the load of a .rodata switch stays in the program, see td_path).
+ */
+static __always_inline __u64 quick_caller(void *ctx, enum td_kind kind, bool known)
 {
 	if (kind == TD_FENTRY)
 #if TD_QUICK_FENTRY
-		return quick_fentry() ? fentry_caller_quick(ctx) : fentry_caller(ctx);
+		return known || quick_fentry() ? fentry_caller_quick(ctx, known) : fentry_caller(ctx);
 #else
 		return fentry_caller(ctx);
 #endif

@@ -179,10 +179,12 @@ fn select_programs(
     let uprobe = mode == Some(Mode::Uprobe);
     let tp = mode == Some(Mode::TpBtf);
     let rawtp = mode == Some(Mode::RawTp);
-    let Counting { any, loops } = which;
+    let Counting { any, loops, known } = which;
     let p = &mut open.progs;
+    p.td_fentry_known
+        .set_autoload(fentry && !any && loops && known);
     for (prog, kind, a, l) in [
-        (&mut p.td_fentry, fentry, false, true),
+        (&mut p.td_fentry, fentry && !known, false, true),
         (&mut p.td_fentry_any, fentry, true, true),
         (&mut p.td_fentry_nl, fentry, false, false),
         (&mut p.td_fentry_any_nl, fentry, true, false),
@@ -218,6 +220,7 @@ fn select_programs(
     p.td_bare_uprobe.set_autoload(bare && uprobe);
     for prog in [
         &mut p.td_fentry,
+        &mut p.td_fentry_known,
         &mut p.td_fentry_any,
         &mut p.td_fentry_nl,
         &mut p.td_fentry_any_nl,
@@ -256,6 +259,7 @@ fn set_fentry_targets(open: &mut OpenTopdownSkel<'_>, func: &str) -> Result<()> 
     let p = &mut open.progs;
     for prog in [
         &mut p.td_fentry,
+        &mut p.td_fentry_known,
         &mut p.td_fentry_any,
         &mut p.td_fentry_nl,
         &mut p.td_fentry_any_nl,
@@ -407,13 +411,20 @@ pub(crate) struct Counting {
     /// the number of rules), else its "_nl" twin, for kernels without the
     /// helper.
     pub(crate) loops: bool,
+    /// Fentry's common path where the kernel has everything its one-load
+    /// read takes (6.2): `td_fentry_known`, which tests for none of it (a
+    /// test is a load of .rodata the verifier leaves in).
+    pub(crate) known: bool,
 }
 
 impl Counting {
     pub(crate) fn of(config: &LoadConfig, host: &Features) -> Self {
+        let any = config.any_path();
+        let loops = host.loop_helper;
         Counting {
-            any: config.any_path(),
-            loops: host.loop_helper,
+            any,
+            loops,
+            known: !any && loops && host.arg_cnt_helper && host.cast_kfunc,
         }
     }
 }
@@ -428,6 +439,7 @@ pub(crate) fn counting<'a, 'obj>(
     let p = &skel.progs;
     match (mode, which.any, which.loops) {
         (Some(Mode::Uprobe), _, _) => &p.td_uprobe,
+        (Some(Mode::Fentry), false, true) if which.known => &p.td_fentry_known,
         (Some(Mode::Fentry), false, true) => &p.td_fentry,
         (Some(Mode::Fentry), true, true) => &p.td_fentry_any,
         (Some(Mode::Fentry), false, false) => &p.td_fentry_nl,
@@ -630,5 +642,40 @@ impl Drop for Probe<'_> {
         if let Owner::Pinned { steering: true, .. } = self.owner {
             self.release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(loop_helper: bool, arg_cnt_helper: bool, cast_kfunc: bool) -> Features {
+        Features {
+            btf: true,
+            kprobes: true,
+            ringbuf: true,
+            on_demand_hash: true,
+            loop_helper,
+            func_ip_helper: true,
+            arg_cnt_helper,
+            cast_kfunc,
+        }
+    }
+
+    #[test]
+    fn the_known_program_only_where_the_kernel_has_all_it_takes() {
+        let common = LoadConfig::default();
+        let filtered = LoadConfig {
+            verify_caller: true,
+            ..LoadConfig::default()
+        };
+        // 6.2 and later
+        assert!(Counting::of(&common, &host(true, true, true)).known);
+        // the program that reads every switch has no such twin
+        assert!(!Counting::of(&filtered, &host(true, true, true)).known);
+        // 5.17 to 6.1: no bpf_rdonly_cast; a backport without the helper or bpf_loop
+        assert!(!Counting::of(&common, &host(true, true, false)).known);
+        assert!(!Counting::of(&common, &host(true, false, true)).known);
+        assert!(!Counting::of(&common, &host(false, true, true)).known);
     }
 }

@@ -171,7 +171,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 			return;
 	}
 	/* read again: passed from the common path, it took a register there */
-	ret = quick = quick_caller(ctx, kind);
+	ret = quick = quick_caller(ctx, kind, false);
 	r = site_reason(quick, &flag);
 	hit = r != TD_SLOT_NONE && (kind != TD_TP || r != TD_SLOT_NOT_FOUND);
 	if (kind == TD_FENTRY && quick_fentry() && (!hit || verify_all)) {
@@ -241,9 +241,9 @@ static __noinline void count_slow_loop(void *ctx, struct td_counts *c, enum td_k
  * tracepoint's word may be no return address at all (an argument, before
  * the first call taught the read where to look).
  */
-static __always_inline bool quick_hit(void *ctx, enum td_kind kind, __u64 *e)
+static __always_inline bool quick_hit(void *ctx, enum td_kind kind, enum td_path path, __u64 *e)
 {
-	__u64 ret = quick_caller(ctx, kind);
+	__u64 ret = quick_caller(ctx, kind, path == TD_PATH_KNOWN);
 
 	if (kind != TD_TP)
 		return cached(ret, e);
@@ -268,7 +268,7 @@ static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_pat
 	__u64 e;
 
 	c = bpf_map_lookup_elem(&counts, &watch);
-	if (c && !verifies_all(path) && quick_hit(ctx, kind, &e)) {
+	if (c && !verifies_all(path) && quick_hit(ctx, kind, path, &e)) {
 		/* the slot's counter: its byte offset is the entry's top bits */
 		(*(__u64 *)((void *)c->n + (e >> TD_SITE_SHIFT)))++;
 		return;
@@ -297,6 +297,14 @@ SEC("fentry")
 int BPF_PROG(td_fentry)
 {
 	count_on(ctx, TD_FENTRY, TD_PATH_COMMON, true);
+	return 0;
+}
+
+/* td_fentry where the kernel has bpf_rdonly_cast (6.2): see TD_PATH_KNOWN. */
+SEC("fentry")
+int BPF_PROG(td_fentry_known)
+{
+	count_on(ctx, TD_FENTRY, TD_PATH_KNOWN, true);
 	return 0;
 }
 

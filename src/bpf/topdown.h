@@ -199,6 +199,11 @@ struct td_rule {
 enum td_path {
 	TD_PATH_ANY = 0,	/* reads filtered and verify_caller */
 	TD_PATH_COMMON = 1,	/* neither: no filter, no --verify-caller */
+	/*
+	 * As COMMON, where the kernel is known to have the kfunc and helper
+	 * fentry's one-load read takes (6.2): it tests for neither.
+	 */
+	TD_PATH_KNOWN = 2,
 };
 
 /* Everything the programs are given before load (frozen in .rodata). */

@@ -78,7 +78,7 @@ td_round() {
 	# Until start-up ends every call is pending: the passes below measure new call
 	# sites and steady state, not the start-up window.
 	td_ready
-	prog=$(progs | awk '$2 ~ /^td_fentry(_nl)?$/ { m = $2 } END { print m }')
+	prog=$(progs | awk '$2 ~ /^td_fentry(_nl|_known)?$/ { m = $2 } END { print m }')
 	[ -n "$prog" ] || fail "topdown $1: no td_fentry program loaded: $(progs)"
 	# The first pass: its call sites are new, resolved by the polls meanwhile.
 	_windows=$WINDOWS WINDOWS=1

@@ -216,9 +216,11 @@ one() {
 			awk -v what="$1 $2 whole" '$1 > 0 { printf "%s %.1f\n", what, $2 / $1 }' >>"$TD_TMP/results"
 		td_run "$3 --companion bare" "$WINDOWS" "$WINDOW_READS"
 		# The counting program: td_MODE, or td_MODE_any with a filter; their _nl twins
-		# (no bpf_loop) before 5.17, a name the kernel may cut to 15 characters.
-		prog=$(progs | awk '$2 ~ /^td_(fentry|kprobe)(_any)?(_nl?)?$/ { m = $2 } END { print m }')
+		# (no bpf_loop) before 5.17, a name the kernel may cut to 15 characters;
+		# td_fentry_known from 6.2.
+		prog=$(progs | awk '$2 ~ /^td_(fentry|kprobe)(_any|_known)?(_nl?)?$/ { m = $2 } END { print m }')
 		mode=${prog#td_}
+		mode=${mode%_known}
 		mode=${mode%_n}
 		mode=${mode%_nl}
 		mode=${mode%_any}
