@@ -7,7 +7,9 @@
 # up, so every caller's count is the same in both; clone suffixes (.isra.0, .cold) are
 # folded as topdown folds them. A call topdown's program skipped (the kernel's
 # recursion check: an interrupt's kfree while the program ran) is counted as a
-# recursion miss: those are the only calls it may lack.
+# recursion miss: those are the only calls it may lack. The kernel counts a miss
+# before the program's pid filter, so other tasks' skipped calls are misses too
+# (16 on 7.3 in a run that lacked none): the misses bound what it lacks.
 # ftrace names the function its return address lies in. topdown names a tail call
 # after the function that jumped (its "(tail call)" and "-> indirect" rows, checked
 # against the code in topdown_tailcall): /proc/kcore is masked here, so that it names
@@ -65,5 +67,7 @@ awk '$2 != $3 { print "oracle: " $1 ": ftrace " $2 ", topdown " $3 }' "$TD_TMP/b
 over=$(awk '$3 > $2 { n++ } END { print n + 0 }' "$TD_TMP/both")
 short=$(awk '$3 < $2 { s += $2 - $3 } END { print s + 0 }' "$TD_TMP/both")
 expect_eq "callers topdown counted more often than ftrace" "$over" 0
-expect_eq "calls topdown lacks, against its recursion misses" "$short" "${misses:-0}"
+[ "$short" -le "${misses:-0}" ] ||
+	fail "topdown lacks $short calls, more than its ${misses:-0} recursion misses"
+echo "ok: topdown lacks $short calls, against ${misses:-0} recursion misses"
 exit 0
