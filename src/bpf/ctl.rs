@@ -42,6 +42,27 @@ pub(crate) fn mono_ns() -> u64 {
 /// any; the margin covers a slow symbolization under load.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 
+/// lease_ns while the BPF side puts a run-out lease's state back
+/// (TD_LEASE_TAKING): a time never reached.
+const LEASE_TAKING: u64 = u64::MAX;
+
+/// How long a reader waits for the BPF side to finish taking its lease
+/// back (a few stores; longer only if that program was preempted).
+const TAKING_WAIT: Duration = Duration::from_millis(100);
+
+/// The lease's value once the BPF side is not taking it back, or after
+/// TAKING_WAIT whatever it is.
+fn settled(lease: &AtomicU64) -> u64 {
+    let start = std::time::Instant::now();
+    loop {
+        let v = lease.load(SeqCst);
+        if v != LEASE_TAKING || start.elapsed() >= TAKING_WAIT {
+            return v;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 /// The shared u32 at `p`.
 ///
 /// # Safety
@@ -326,7 +347,10 @@ impl Control {
     /// Sets the own tgid and/or capture. For a pinned instance, under this
     /// reader's lease: taken (or renewed) before anything is set, given up
     /// once nothing is. If the BPF side took the state back meanwhile (the
-    /// lease ran out: this process stalled), all of it is published again.
+    /// lease ran out: this process stalled), all of it is published again,
+    /// once the BPF side is done (see lease_check): the lease is renewed by
+    /// compare-and-swap from the value read, so a taking back that comes
+    /// between the two is seen.
     fn steer(&self, own: Option<u32>, capture: Option<(u32, &[(u64, u64)])>) {
         let (ctl, watch) = (self.ctl(), self.watch());
         let leased = self.lease.is_some();
@@ -339,7 +363,9 @@ impl Control {
         // SAFETY (here and below): ctl and watch point into the .data and
         // .bss mappings, alive as long as self.
         let lease = unsafe { u64_at(std::ptr::addr_of_mut!((*ctl).lease_ns)) };
-        let lost = leased && s.holds() && lease.load(SeqCst) == 0;
+        let held = leased && s.holds();
+        let mut seen = settled(lease);
+        let mut lost = held && seen == 0;
         if let Some(tgid) = own {
             s.tgid = tgid;
         }
@@ -348,7 +374,11 @@ impl Control {
             s.callers = callers.to_vec();
         }
         if leased && s.holds() {
-            lease.store(mono_ns() + LEASE.as_nanos() as u64, SeqCst);
+            let until = mono_ns() + LEASE.as_nanos() as u64;
+            while let Err(now) = lease.compare_exchange(seen, until, SeqCst, SeqCst) {
+                seen = settled(lease);
+                lost |= held && (now == 0 || seen == 0);
+            }
         }
         unsafe {
             if lost || own.is_some() {

@@ -326,6 +326,59 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
 }
 
+/// A reader that stalls past its lease while the BPF side is taking it
+/// back (TD_LEASE_TAKING, the bpf_loop programs': 5.17): the calls then
+/// leave the state alone, and the reader waits for the BPF side to finish
+/// before it publishes its state again, so that the program's stores
+/// cannot land after the reader's. The program's stores between its
+/// compare-and-swap and its release are made here by hand, at the moment a
+/// program would be between them.
+#[test]
+fn a_reader_republishes_only_after_the_bpf_side_has_taken_its_lease_back() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let a = 0xffffffff81000123;
+    let mut storage = MaybeUninit::uninit();
+    let p = leased_with_site(&mut storage, a, 7);
+    p.maps().own(1);
+    p.maps().capture(2, &[]).unwrap();
+    let (ctl, watch) = p.maps().control_ptr();
+    // SAFETY (here and below): the object is alive; accesses of mapped
+    // memory, as the BPF side makes them.
+    unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), u64::MAX) };
+    // A lease being taken back is never run out: calls change nothing.
+    p.test_count(a, 2);
+    assert_eq!(steered(&p), (u64::MAX, 1, 2, [1, 0, 0, 0]));
+    let (ctl_addr, watch_addr) = (ctl as usize, watch as usize);
+    let program = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let (ctl, watch) = (
+            ctl_addr as *mut crate::bpf::skel::types::td_control,
+            watch_addr as *mut crate::bpf::skel::types::td_watch,
+        );
+        unsafe {
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).reason), SLOT_NONE);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).own_tgid), 0);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*watch).why), [0; 4]);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), 0);
+        }
+    });
+    // The reader touches its state meanwhile: it waits the program out,
+    // finds its lease gone, and publishes all of it again.
+    p.maps().own(1);
+    program.join().unwrap();
+    let (lease, own, reason, why) = steered(&p);
+    assert!(lease > mono_ns() && lease != u64::MAX);
+    assert_eq!((own, reason, why), (1, 2, [1, 0, 0, 0]));
+    // Every call counted (the own tgid is another process's).
+    p.test_count(a, 3);
+    assert_eq!(p.maps().counts().unwrap()[7], 2 + 3);
+    p.maps().capture(SLOT_NONE, &[]).unwrap();
+    p.maps().own(0);
+    assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
+}
+
 /// A reader killed while it captures and sleeps (no watch byte set): the
 /// captured reason's first call past the lease puts capture back, and
 /// clears its site's flag, so the calls after take the common path.

@@ -121,18 +121,37 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
  * captured call after it do that instead (the captured reason's flagged
  * sites are then cleared as their calls come: see count_slow_body). A
  * reader found to have lost its lease publishes its state again.
+ *
+ * `atomics`: the kernel has BPF's compare-and-swap (5.12; passed as
+ * `loops`: a kernel with bpf_loop, 5.17, has it, and one without may not,
+ * whose verifier refuses the instruction even where .rodata leaves it
+ * dead). Then the lease is taken back only if it is still the one that ran
+ * out (a reader that renewed it meanwhile keeps it, and its state), and
+ * held as TD_LEASE_TAKING until the state is put back: a stalled reader
+ * waits for that before it publishes its state again, so that these
+ * stores cannot land after its own. Without, the lease is given up first
+ * and the two can cross; the reader's next renewal then finds nothing
+ * amiss.
  */
-static __always_inline void lease_check(void)
+static __always_inline void lease_check(bool atomics)
 {
 	__u64 lease = *(volatile __u64 *)&ctl.lease_ns;
 
 	if (!lease || bpf_ktime_get_ns() < lease)
 		return;
-	*(volatile __u64 *)&ctl.lease_ns = 0;
+	if (atomics) {
+		if (__sync_val_compare_and_swap(&ctl.lease_ns, lease, TD_LEASE_TAKING) != lease)
+			return;
+	} else {
+		*(volatile __u64 *)&ctl.lease_ns = 0;
+	}
 	*(volatile __u32 *)&ctl.reason = TD_SLOT_NONE;
 	*(volatile __u32 *)&ctl.own_tgid = 0;
 	*(volatile __u8 *)&watch.why[TD_WATCH_OWN] = 0;
 	*(volatile __u8 *)&watch.why[TD_WATCH_STACKS] = 0;
+	/* fully ordered: the stores above are seen before the lease is free */
+	if (atomics)
+		__sync_lock_test_and_set(&ctl.lease_ns, 0);
 }
 
 /* Whether every call of path `path` is checked against an unwind (--verify-caller). */
@@ -159,7 +178,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	bool hit;
 
 	if (!c)
-		lease_check();
+		lease_check(loops);
 	if (!c || verify_all) {
 		if (is_own_call()) {
 			/* Symbolizing reads files: don't count what we cause. */
@@ -205,7 +224,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	if (!cfg.stacks)
 		return;
 	if (*(volatile __u32 *)&ctl.reason != TD_SLOT_NONE)
-		lease_check();
+		lease_check(loops);
 	/* Read once: user space may move capture meanwhile. */
 	want = *(volatile __u32 *)&ctl.reason;
 	if (want != TD_SLOT_NONE && stack_gate(ctx, c, ret, r, want, loops))

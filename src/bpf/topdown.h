@@ -351,10 +351,14 @@ struct td_control {
 	 * 0, or the CLOCK_MONOTONIC time (ns) up to which a pinned instance's
 	 * reader holds the watch key, own_tgid and capture. The reader renews
 	 * it whenever it touches them; past it (the reader was killed) the
-	 * first watched or captured call puts them back (see lease_check).
+	 * first watched or captured call puts them back (see lease_check),
+	 * holding it as TD_LEASE_TAKING meanwhile from 5.17.
 	 */
 	__u64 lease_ns;
 };
+
+/* lease_ns while the BPF side puts a reader's state back: a time never reached. */
+#define TD_LEASE_TAKING (~0ULL)
 
 /*
  * The common path's key into the counter array (mmap'ed .bss), as bytes,
