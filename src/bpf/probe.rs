@@ -181,10 +181,9 @@ fn select_programs(
     let rawtp = mode == Some(Mode::RawTp);
     let Counting { any, loops, known } = which;
     let p = &mut open.progs;
-    p.td_fentry_known
-        .set_autoload(fentry && !any && loops && known);
     for (prog, kind, a, l) in [
         (&mut p.td_fentry, fentry && !known, false, true),
+        (&mut p.td_fentry_known, fentry && known, false, true),
         (&mut p.td_fentry_any, fentry, true, true),
         (&mut p.td_fentry_nl, fentry, false, false),
         (&mut p.td_fentry_any_nl, fentry, true, false),
