@@ -375,9 +375,9 @@ impl Control {
         }
         if leased && s.holds() {
             let until = mono_ns() + LEASE.as_nanos() as u64;
-            while let Err(now) = lease.compare_exchange(seen, until, SeqCst, SeqCst) {
+            while lease.compare_exchange(seen, until, SeqCst, SeqCst).is_err() {
                 seen = settled(lease);
-                lost |= held && (now == 0 || seen == 0);
+                lost |= held && seen == 0;
             }
         }
         unsafe {
