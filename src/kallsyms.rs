@@ -166,6 +166,13 @@ impl Kallsyms {
         self.lookup(ret.checked_sub(1)?)
     }
 
+    /// The text symbols of module `name`.
+    pub(crate) fn of_module<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
+        self.syms
+            .iter()
+            .filter(move |s| s.module.as_deref() == Some(name))
+    }
+
     /// Symbols named exactly `name`.
     pub(crate) fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Symbol> + 'a {
         self.of_base(base_name(name))

@@ -681,8 +681,9 @@ static __always_inline bool cached(__u64 ret, __u64 *e)
  * Whether no resolved site can be `ret`: its cache entry is empty, and it
  * is an address the cache can hold. User space caches every site it
  * resolves whose entry is empty (after adding it to the site table), and
- * nothing empties an entry again; so the site table need not be searched
- * for it. A site added but not cached yet is counted as pending, which is
+ * empties an entry only to forget a site of an unloaded module; so the
+ * site table need not be searched for it. A site added but not cached
+ * (yet, or since an entry was emptied) is counted as pending, which is
  * right as well.
  */
 static __always_inline bool surely_new(__u64 ret)

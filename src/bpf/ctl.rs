@@ -323,6 +323,27 @@ impl Control {
         }
     }
 
+    /// Empties `ret`'s cache entry, flagged or not, if it still names the
+    /// site: its module was unloaded, and the next one loaded may put
+    /// another function at that address. Emptied, the entry may be given
+    /// to a new site; a resolved site it was not given to counts as
+    /// pending meanwhile (see surely_new), which is right as well.
+    pub(crate) fn uncache_site(&self, ret: u64, slot: u32) {
+        let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
+            return;
+        };
+        let cell = self.site_cell(i);
+        for e in [entry, entry ^ 1] {
+            if cell.compare_exchange(e, 0, SeqCst, SeqCst).is_ok() {
+                let mut shadow = self.shadow();
+                if shadow[i] == entry {
+                    shadow[i] = 0;
+                }
+                return;
+            }
+        }
+    }
+
     /// Captures stacks of `slot` from now on (SLOT_NONE: none); `callers`
     /// are the address ranges of the reason's caller functions, for calls
     /// from sites not resolved yet.

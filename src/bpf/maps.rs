@@ -409,6 +409,18 @@ impl Maps {
         Ok(slot)
     }
 
+    /// Takes the resolved site `ret` (of `slot`) out of the site table and
+    /// the cache: its module was unloaded. Its next calls, if the address
+    /// is reused, are pending until resolved anew.
+    pub(crate) fn forget_site(&self, ret: u64, slot: u32) -> Result<()> {
+        self.ctl.uncache_site(ret, slot);
+        match self.sites.delete(&ret.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::bpf("forgetting an unloaded module's call site", e)),
+        }
+    }
+
     /// Flags the cached sites (see `Control::flag_sites`) of every reason
     /// for the background sampler, else of `captured`; once a tick, as
     /// another reader of a pinned instance may have cleared them.

@@ -6,6 +6,7 @@
 
 mod background;
 mod capture;
+mod ksyms;
 mod poll;
 #[cfg(test)]
 mod poll_bench;
@@ -72,7 +73,12 @@ pub(crate) fn snapshot(
     symbols: &mut Symbols,
 ) -> Result<Pinned> {
     let mut poller = Poller::default();
-    let totals = poller.totals(probe.maps(), ksyms, mapper, Some(symbols))?;
+    let totals = poller.totals(
+        probe.maps(),
+        &mut ksyms::LiveKsyms::fixed(ksyms),
+        mapper,
+        Some(symbols),
+    )?;
     let stats = poller.stats(probe.maps())?;
     let prog = probe.prog_stats();
     let secs = (unix_now() - meta.pinned_at).max(0.0);

@@ -10,9 +10,10 @@ use crate::bpf::abi::{Stat, NR_SLOTS};
 use crate::bpf::maps::Maps;
 use crate::bpf::percpu::{self, Pending, PerCpu, Stats, EARLY_KEY_WORDS};
 use crate::error::Result;
-use crate::kallsyms::Kallsyms;
 use crate::reasons::UNKNOWN_NAME;
 use crate::reasons::{Mapper, SourceLookup};
+
+use super::ksyms::LiveKsyms;
 
 #[derive(Debug, Default)]
 pub(crate) struct Poller {
@@ -34,9 +35,14 @@ pub(crate) struct Poller {
     /// address) seen there.
     upending: Pending,
     usites: HashMap<(u32, u64), u32>,
-    /// Calls from the pending entries of processes that have exited, per
-    /// slot: their entries are removed from the tables (see prune_user).
+    /// Calls from the pending entries of processes that have exited, and
+    /// of sites in modules since unloaded, per slot: the entries are
+    /// removed from the tables (see prune_user, forget_sites).
     retired: Vec<u64>,
+    /// What the pending table held for a site of an unloaded module when
+    /// it was forgotten: its calls since (the address reused by the next
+    /// module) are a new site's.
+    site_base: HashMap<u64, u64>,
     last_prune: Option<Instant>,
     /// Processes seen exited at the last pruning, after that poll's read:
     /// retired at the next, whose read holds every call they made.
@@ -55,7 +61,7 @@ impl Poller {
     pub(crate) fn totals(
         &mut self,
         maps: &Maps,
-        ksyms: &Kallsyms,
+        ksyms: &mut LiveKsyms<'_>,
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
@@ -84,9 +90,6 @@ impl Poller {
             add_by_slot(&mut totals, &mut self.usites, entries, |(tgid, ret)| {
                 resolve_user(maps, mapper, src.as_deref_mut(), tgid, ret)
             })?;
-            for (t, r) in totals.iter_mut().zip(&self.retired) {
-                *t = t.wrapping_add(*r);
-            }
             if self.last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
                 self.last_prune = Some(Instant::now());
                 let gone = self
@@ -95,6 +98,9 @@ impl Poller {
                     maps.remove_user_site(tgid, ret)?;
                 }
             }
+        }
+        for (t, r) in totals.iter_mut().zip(&self.retired) {
+            *t = t.wrapping_add(*r);
         }
         Ok(totals)
     }
@@ -135,7 +141,56 @@ impl Poller {
         totals: &mut [u64],
         resolve: impl FnMut(u64) -> Result<u32>,
     ) -> Result<()> {
-        add_by_slot(totals, &mut self.sites, self.pending.sums(), resolve)
+        if self.site_base.is_empty() {
+            return add_by_slot(totals, &mut self.sites, self.pending.sums(), resolve);
+        }
+        // An address may be in the pending table and in a fresh table.
+        let mut sums: HashMap<u64, u64> = HashMap::new();
+        for (ret, n) in self.pending.sums() {
+            *sums.entry(ret).or_default() += n;
+        }
+        let base = &self.site_base;
+        let entries = sums
+            .into_iter()
+            .filter_map(|(ret, n)| match base.get(&ret) {
+                // not called since its module went: not a site now
+                Some(&b) if n <= b => None,
+                Some(&b) => Some((ret, n - b)),
+                None => Some((ret, n)),
+            });
+        add_by_slot(totals, &mut self.sites, entries, resolve)
+    }
+
+    /// Forgets the sites (return address, slot) `gone` picks: those that
+    /// lay in a module since unloaded, or named by no symbol,
+    /// keeping their pending calls, as the last read holds them, as
+    /// retired under their slots; which sites, with their slots, to take
+    /// out of the site table and cache. Read after the module went, that
+    /// holds every call it made; calls after it, from the same addresses,
+    /// are a new module's, resolved anew.
+    pub(crate) fn forget_sites(&mut self, gone: impl Fn(u64, u32) -> bool) -> Vec<(u64, u32)> {
+        let mut sums: HashMap<u64, u64> = HashMap::new();
+        for (ret, n) in self.pending.sums() {
+            *sums.entry(ret).or_default() += n;
+        }
+        if self.retired.len() < NR_SLOTS {
+            self.retired.resize(NR_SLOTS, 0);
+        }
+        let mut forgotten = Vec::new();
+        let (retired, base) = (&mut self.retired, &mut self.site_base);
+        self.sites.retain(|&ret, &mut slot| {
+            if !gone(ret, slot) {
+                return true;
+            }
+            let n = sums.get(&ret).copied().unwrap_or(0);
+            let before = base.insert(ret, n).unwrap_or(0);
+            let r = &mut retired[slot as usize % NR_SLOTS];
+            *r = r.wrapping_add(n.saturating_sub(before));
+            forgotten.push((ret, slot));
+            false
+        });
+        forgotten.sort_unstable();
+        forgotten
     }
 
     /// Adds the counts the early buffer holds to `totals`, each under the
@@ -244,7 +299,7 @@ fn add_by_slot<K: Copy + Eq + Hash>(
 /// table and the names map decide, so that every reader agrees.
 fn resolve(
     maps: &Maps,
-    ksyms: &Kallsyms,
+    ksyms: &mut LiveKsyms<'_>,
     mapper: &mut Mapper,
     src: Option<&mut (dyn SourceLookup + '_)>,
     ret: u64,
@@ -255,7 +310,7 @@ fn resolve(
         }
         return Ok(s);
     }
-    let s = mapper.classify(ksyms, ret, src);
+    let s = mapper.classify(ksyms.for_site(ret), ret, src);
     let s = mapper.claim(maps, s)?;
     // A full site table leaves the site pending: its calls are still
     // counted, here, under the right reason.
@@ -360,7 +415,8 @@ ffffffff81003000 T end_of_text
         if !crate::testing::bpf_or_skip() {
             return;
         }
-        let k = Kallsyms::parse(KSYMS);
+        let k = crate::kallsyms::Kallsyms::parse(KSYMS);
+        let k = &mut LiveKsyms::fixed(&k);
         let mut storage = MaybeUninit::uninit();
         let p = &selftest::load(&mut storage, &LoadConfig::default());
         {
@@ -369,7 +425,7 @@ ffffffff81003000 T end_of_text
             let (a, b1, b2) = (0xffffffff81000010, 0xffffffff81001010, 0xffffffff81001800);
             p.test_count(a, 2);
             p.test_count(b1, 1);
-            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
             let sa = m.reasons.lookup("caller_a").unwrap();
             let sb = m.reasons.lookup("caller_b").unwrap();
             assert_eq!((t[sa as usize], t[sb as usize]), (2, 1));
@@ -379,13 +435,79 @@ ffffffff81003000 T end_of_text
             p.test_count(a, 10);
             p.test_count(b1, 20);
             p.test_count(b2, 30);
-            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
             assert_eq!((t[sa as usize], t[sb as usize]), (12, 51));
             assert_eq!(t.iter().sum::<u64>(), 63);
             p.test_count(b2, 1);
-            let t = poller.totals(p.maps(), &k, &mut m, None).unwrap();
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
             assert_eq!(t[sb as usize], 52);
             assert_eq!(poller.sites(), 3);
         }
+    }
+
+    #[test]
+    fn an_unloaded_modules_sites_keep_their_counts_and_their_address_counts_anew() {
+        if !crate::testing::bpf_or_skip() {
+            return;
+        }
+        let old = crate::kallsyms::Kallsyms::parse(
+            "ffffffffc0a00000 t brd_insert_page\t[brd]\n\
+             ffffffffc0a00100 t brd_submit_bio\t[brd]\n",
+        );
+        // Another module loaded at the same address.
+        let new = crate::kallsyms::Kallsyms::parse("ffffffffc0a00000 t loop_queue_rq\t[loop]\n");
+        let mut storage = MaybeUninit::uninit();
+        let p = &selftest::load(&mut storage, &LoadConfig::default());
+        let mut m = Mapper::auto(64);
+        let mut poller = Poller::default();
+        let (a, b) = (0xffffffffc0a00010, 0xffffffffc0a00110);
+        p.test_count(a, 3);
+        p.test_count(b, 1);
+        let t = poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&old), &mut m, None)
+            .unwrap();
+        let sa = m.reasons.lookup("brd_insert_page").unwrap();
+        let sb = m.reasons.lookup("brd_submit_bio").unwrap();
+        assert_eq!((t[sa as usize], t[sb as usize]), (3, 1));
+        // Resolved: in the slot array from now on.
+        p.test_count(a, 4);
+        // The module goes; both its sites are forgotten.
+        poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&old), &mut m, None)
+            .unwrap();
+        let gone =
+            poller.forget_sites(|ret, _| (0xffffffffc0a00001..=0xffffffffc0a00200).contains(&ret));
+        assert_eq!(gone, [(a, sa), (b, sb)]);
+        for &(ret, slot) in &gone {
+            p.maps().forget_site(ret, slot).unwrap();
+        }
+        let t = poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&new), &mut m, None)
+            .unwrap();
+        assert_eq!((t[sa as usize], t[sb as usize]), (7, 1));
+        assert_eq!(t.iter().sum::<u64>(), 8);
+        // Calls from a's address now are the new module's: pending (the
+        // cache and the site table no longer name it), then resolved.
+        p.test_count(a, 5);
+        let t = poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&new), &mut m, None)
+            .unwrap();
+        let sl = m.reasons.lookup("loop_queue_rq").unwrap();
+        assert_eq!((t[sa as usize], t[sb as usize], t[sl as usize]), (7, 1, 5));
+        p.test_count(a, 2);
+        let t = poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&new), &mut m, None)
+            .unwrap();
+        assert_eq!((t[sa as usize], t[sl as usize]), (7, 7));
+        assert_eq!(t.iter().sum::<u64>(), 15);
+        // Forgotten twice (gone again): nothing counted twice.
+        let gone = poller.forget_sites(|ret, _| ret == a);
+        assert_eq!(gone, [(a, sl)]);
+        p.maps().forget_site(a, sl).unwrap();
+        let t = poller
+            .totals(p.maps(), &mut LiveKsyms::fixed(&new), &mut m, None)
+            .unwrap();
+        assert_eq!((t[sa as usize], t[sl as usize]), (7, 7));
+        assert_eq!(t.iter().sum::<u64>(), 15);
     }
 }

@@ -14,7 +14,7 @@ use crate::bpf::probe::{Mode, Probe, ProgStats};
 use crate::error::{Error, Result};
 use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
-use crate::reasons::{Mapper, SourceLookup};
+use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
 use crate::report::compare::{self, Side};
 use crate::report::fit::Fit;
 use crate::report::printer::Printer;
@@ -24,6 +24,7 @@ use crate::symbolize::Symbols;
 
 use super::background::Kept;
 use super::capture::Capture;
+use super::ksyms::{self, LiveKsyms};
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{End, State};
@@ -80,7 +81,8 @@ pub(crate) struct Ended {
 /// next print, tick and refill are due.
 pub(super) struct Run<'a, 'obj> {
     probe: Probe<'obj>,
-    ksyms: &'a Kallsyms,
+    /// Read again as modules come and go.
+    ksyms: LiveKsyms<'a>,
     mapper: &'a mut Mapper,
     info: RunInfo,
     filter: Filter,
@@ -106,6 +108,7 @@ pub(super) struct Run<'a, 'obj> {
     next_print: Instant,
     next_tick: Instant,
     next_refill: Instant,
+    next_modules: Instant,
     /// Whether a busy uprobe was warned about (once a run).
     busy_warned: bool,
     /// See Context::background.
@@ -149,13 +152,14 @@ impl<'a, 'obj> Run<'a, 'obj> {
             background,
         } = ctx;
         let mut poller = Poller::default();
+        let mut ksyms = LiveKsyms::new(ksyms);
         // What the counters held at the start: a pinned instance has
         // counted before, and the run reports what happened since. An
         // object loaded for this run starts at zero (and two readings
         // could not be taken at the same instant).
         let (base, base_stats, base_prog, base_gates) = if probe.is_pinned() {
             (
-                poller.totals(probe.maps(), ksyms, mapper, None)?,
+                poller.totals(probe.maps(), &mut ksyms, mapper, None)?,
                 poller.stats(probe.maps())?,
                 probe.prog_stats(),
                 probe.maps().reason_stacks(0..=NR_SLOTS as u32)?,
@@ -188,7 +192,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         if let Some(slot) = stack_on {
             // The budget first: a call between the two would find none.
             probe.maps().refill(budget)?;
-            stacks.switch_on(&mut probe, ksyms, mapper, slot)?;
+            stacks.switch_on(&mut probe, ksyms.get(), mapper, slot)?;
             state.capturing(slot, 0.0, mono_ns(), &base);
             eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
         }
@@ -216,6 +220,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             next_print: start + opts.interval,
             next_tick: start + TICK,
             next_refill: start + REFILL,
+            next_modules: start + ksyms::CHECK_EVERY,
             busy_warned: false,
             background,
         })
@@ -240,7 +245,14 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 self.wait((deadline - now).min(TICK))?;
                 continue;
             }
-            let cur = self.totals()?;
+            let mut cur = self.totals()?;
+            if now >= self.next_modules {
+                self.ksyms.check();
+                self.next_modules = now + ksyms::CHECK_EVERY;
+            }
+            if self.follow_modules()? {
+                cur = self.totals()?;
+            }
             watch_exits(&mut self.watched, self.probe.maps())?;
             if now >= self.next_tick {
                 self.tick(now, &cur)?;
@@ -290,7 +302,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let waited = self.stacks.wait(timeout);
         self.probe.maps().own(self.own);
         waited?;
-        self.stacks.absorb(self.ksyms, self.mapper, &mut self.state);
+        self.stacks
+            .absorb(self.ksyms.get(), self.mapper, &mut self.state);
         // New call sites are resolved within a tick whatever the print
         // interval: until then each of their calls takes the pending
         // path, several times the cost of a resolved one. (Ticks poll
@@ -305,8 +318,54 @@ impl<'a, 'obj> Run<'a, 'obj> {
     /// The counters now, new call sites resolved.
     fn totals(&mut self) -> Result<Vec<u64>> {
         let symbols: &mut dyn SourceLookup = &mut self.stacks.symbols;
-        self.poller
-            .totals(self.probe.maps(), self.ksyms, self.mapper, Some(symbols))
+        self.poller.totals(
+            self.probe.maps(),
+            &mut self.ksyms,
+            self.mapper,
+            Some(symbols),
+        )
+    }
+
+    /// Says which modules came or went since the symbols were last read
+    /// and, in a run of its own object, forgets the call sites of those
+    /// that went (the next module loaded may reuse their addresses), and
+    /// those named [unknown] (a module loaded since may name them); their
+    /// counts stay. True if sites were forgotten. Not in a pinned
+    /// instance: its other readers and its files sum the pending table
+    /// as they found it.
+    fn follow_modules(&mut self) -> Result<bool> {
+        let change = self.ksyms.take_changes();
+        for name in &change.loaded {
+            eprintln!("topdown: module {name} loaded: kernel symbols read again");
+        }
+        if change == ksyms::Change::default() {
+            return Ok(false);
+        }
+        if self.probe.is_pinned() {
+            for g in &change.gone {
+                eprintln!("topdown: module {} unloaded", g.name);
+            }
+            return Ok(false);
+        }
+        // Read after the module went: the pending table holds every call
+        // it made.
+        self.totals()?;
+        let unknown = self.mapper.reasons.lookup(UNKNOWN_NAME);
+        let forgotten = self.poller.forget_sites(|ret, slot| {
+            Some(slot) == unknown || change.gone.iter().any(|g| g.holds(ret))
+        });
+        for &(ret, slot) in &forgotten {
+            self.probe.maps().forget_site(ret, slot)?;
+        }
+        for g in &change.gone {
+            let n = forgotten.iter().filter(|&&(ret, _)| g.holds(ret)).count();
+            eprintln!(
+                "topdown: module {} unloaded: {n} call site{} in it forgotten, their calls kept",
+                g.name,
+                if n == 1 { "" } else { "s" }
+            );
+        }
+        Ok(!forgotten.is_empty())
     }
 
     /// Runs the trigger on the counts `cur`, moving capture where it
@@ -327,7 +386,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         if self.background {
             let shown = self.stacks.background_tick(
                 self.probe.maps(),
-                self.ksyms,
+                self.ksyms.get(),
                 self.state.bursting(),
                 ns,
             );
@@ -340,7 +399,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             self.probe.maps().refill(self.budget)?;
             let to = d.switch.to();
             self.stacks
-                .switch_on(&mut self.probe, self.ksyms, self.mapper, to)?;
+                .switch_on(&mut self.probe, self.ksyms.get(), self.mapper, to)?;
             self.next_refill = now + REFILL;
         }
         while self.next_tick <= now {
@@ -415,7 +474,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let (totals, stats, gates) = match (|| {
             detached?;
             self.stacks
-                .drain(self.ksyms, self.mapper, &mut self.state)?;
+                .drain(self.ksyms.get(), self.mapper, &mut self.state)?;
             let totals = self.totals()?;
             let gates = since_gates(
                 &self.probe.maps().reason_stacks(0..=NR_SLOTS as u32)?,

@@ -20,6 +20,7 @@ use crate::symbolize::Symbols;
 
 use super::background::Kept;
 use super::capture::Capture;
+use super::ksyms::LiveKsyms;
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{gate, since_gates};
@@ -80,7 +81,9 @@ impl Watch {
         inst.probe.maps().capture(SLOT_NONE, &[])?;
         inst.probe.maps().own(0);
         let mut poller = Poller::default();
-        let base = poller.totals(inst.probe.maps(), ksyms, &mut mapper, None)?;
+        // serve reads the symbols again itself (KsymsCache).
+        let fixed = &mut LiveKsyms::fixed(ksyms);
+        let base = poller.totals(inst.probe.maps(), fixed, &mut mapper, None)?;
         let mut trigger = Trigger::new(TriggerConfig { auto: true, ..cfg }, None);
         trigger.start_from(&base);
         let capture = Some(Capture::new(inst.probe.maps().samples()?)?);
@@ -201,7 +204,7 @@ impl Watch {
         if now >= self.next_tick {
             let cur = self.poller.totals(
                 self.probe.maps(),
-                ksyms,
+                &mut LiveKsyms::fixed(ksyms),
                 &mut self.mapper,
                 Some(&mut self.stacks.symbols),
             )?;
