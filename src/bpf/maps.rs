@@ -409,6 +409,22 @@ impl Maps {
         Ok(slot)
     }
 
+    /// Reads and removes `ret`'s entry in the pending table: its calls
+    /// summed over the CPUs. For a site resolved a while ago, whose calls
+    /// no longer come here, so none is lost between the two.
+    pub(crate) fn take_pending(&self, ret: u64) -> Result<u64> {
+        let key = ret.to_ne_bytes();
+        let mut v = PerCpu::default();
+        lookup_percpu(&self.pending, &key, &mut v)
+            .map_err(|e| Error::bpf("reading a pending site", e))?;
+        let n = v.words.iter().fold(0u64, |a, &b| a.wrapping_add(b));
+        match self.pending.delete(&key) {
+            Ok(()) => Ok(n),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(Error::bpf("pruning the pending table", e)),
+        }
+    }
+
     /// Takes the resolved site `ret` (of `slot`) out of the site table and
     /// the cache: its module was unloaded. Its next calls, if the address
     /// is reused, are pending until resolved anew.

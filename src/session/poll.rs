@@ -43,6 +43,14 @@ pub(crate) struct Poller {
     /// it was forgotten: its calls since (the address reused by the next
     /// module) are a new site's.
     site_base: HashMap<u64, u64>,
+    /// Whether resolved sites' pending entries are taken out of the table
+    /// (see prune_sites): in a run of its own object only.
+    pub(crate) prunes: bool,
+    /// Sites resolved since the last pruning, and those resolved in the
+    /// period before it (pruned at the next).
+    young: Vec<u64>,
+    ripe: Vec<u64>,
+    last_site_prune: Option<Instant>,
     last_prune: Option<Instant>,
     /// Processes seen exited at the last pruning, after that poll's read:
     /// retired at the next, whose read holds every call they made.
@@ -65,6 +73,15 @@ impl Poller {
         mapper: &mut Mapper,
         mut src: Option<&mut (dyn SourceLookup + '_)>,
     ) -> Result<Vec<u64>> {
+        if self.prunes
+            && self
+                .last_site_prune
+                .is_none_or(|t| t.elapsed() >= PRUNE_EVERY)
+        {
+            self.last_site_prune = Some(Instant::now());
+            // Before the reads: what it takes out is retired, not read.
+            self.prune_sites(maps)?;
+        }
         maps.read_counts(&mut self.counts)?;
         maps.read_pending(&mut self.pending)?;
         maps.read_early(&mut self.early)?;
@@ -142,7 +159,9 @@ impl Poller {
         resolve: impl FnMut(u64) -> Result<u32>,
     ) -> Result<()> {
         if self.site_base.is_empty() {
-            return add_by_slot(totals, &mut self.sites, self.pending.sums(), resolve);
+            let new = add_by_slot(totals, &mut self.sites, self.pending.sums(), resolve)?;
+            self.young.extend(new);
+            return Ok(());
         }
         // An address may be in the pending table and in a fresh table.
         let mut sums: HashMap<u64, u64> = HashMap::new();
@@ -158,7 +177,39 @@ impl Poller {
                 Some(&b) => Some((ret, n - b)),
                 None => Some((ret, n)),
             });
-        add_by_slot(totals, &mut self.sites, entries, resolve)
+        let new = add_by_slot(totals, &mut self.sites, entries, resolve)?;
+        self.young.extend(new);
+        Ok(())
+    }
+
+    /// Takes the pending entries of the sites resolved a pruning period
+    /// or more ago out of the table, keeping their calls as retired under
+    /// their slots: each poll reads the table whole, and a long run would
+    /// fill it with sites whose calls no longer come there. A site the
+    /// site table could not take (full) keeps counting there and stays;
+    /// an entry the BPF side makes again (the site's cache entry emptied)
+    /// is read as the site's, from zero.
+    fn prune_sites(&mut self, maps: &Maps) -> Result<()> {
+        let ripe = std::mem::replace(&mut self.ripe, std::mem::take(&mut self.young));
+        if ripe.is_empty() {
+            return Ok(());
+        }
+        if self.retired.len() < NR_SLOTS {
+            self.retired.resize(NR_SLOTS, 0);
+        }
+        for ret in ripe {
+            // A reused address's counts are read against a base: left be.
+            let Some(&slot) = self.sites.get(&ret) else {
+                continue;
+            };
+            if self.site_base.contains_key(&ret) || maps.site(ret)? != Some(slot) {
+                continue;
+            }
+            let n = maps.take_pending(ret)?;
+            let r = &mut self.retired[slot as usize % NR_SLOTS];
+            *r = r.wrapping_add(n);
+        }
+        Ok(())
     }
 
     /// Forgets the sites (return address, slot) `gone` picks: those that
@@ -207,7 +258,8 @@ impl Poller {
             .filter_map(|(key, n)| Some((<[u64; EARLY_KEY_WORDS]>::try_from(key).ok()?, n)));
         add_by_slot(totals, &mut self.early_slots, entries, |k| {
             resolve(k[0], &k[1..])
-        })
+        })?;
+        Ok(())
     }
 
     /// Forgets the user sites of processes found exited at the last
@@ -273,25 +325,28 @@ impl Poller {
 }
 
 /// Adds each entry's count to `totals` under its key's slot: from `slots`,
-/// where `resolve` put it the first time the key was seen.
+/// where `resolve` put it the first time the key was seen; the keys seen
+/// for the first time.
 fn add_by_slot<K: Copy + Eq + Hash>(
     totals: &mut [u64],
     slots: &mut HashMap<K, u32>,
     entries: impl Iterator<Item = (K, u64)>,
     mut resolve: impl FnMut(K) -> Result<u32>,
-) -> Result<()> {
+) -> Result<Vec<K>> {
+    let mut new = Vec::new();
     for (key, n) in entries {
         let slot = match slots.get(&key) {
             Some(&s) => s,
             None => {
                 let s = resolve(key)?;
                 slots.insert(key, s);
+                new.push(key);
                 s
             }
         };
         totals[slot as usize] = totals[slot as usize].wrapping_add(n);
     }
-    Ok(())
+    Ok(new)
 }
 
 /// The slot of a new call site. Another topdown process reading the same
@@ -509,5 +564,45 @@ ffffffff81003000 T end_of_text
             .unwrap();
         assert_eq!((t[sa as usize], t[sl as usize]), (7, 7));
         assert_eq!(t.iter().sum::<u64>(), 15);
+    }
+
+    #[test]
+    fn resolved_sites_leave_the_pending_table_a_period_on_their_calls_kept() {
+        if !crate::testing::bpf_or_skip() {
+            return;
+        }
+        let k = crate::kallsyms::Kallsyms::parse(KSYMS);
+        let k = &mut LiveKsyms::fixed(&k);
+        let mut storage = MaybeUninit::uninit();
+        let p = &selftest::load(&mut storage, &LoadConfig::default());
+        let mut m = Mapper::auto(64);
+        let mut poller = Poller::default();
+        let (a, b) = (0xffffffff81000010, 0xffffffff81001010);
+        p.test_count(a, 3);
+        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+        let sa = m.reasons.lookup("caller_a").unwrap();
+        assert_eq!(t[sa as usize], 3);
+        // a resolved in the first period, b in the second: a goes at the
+        // second pruning, b at the third.
+        poller.prune_sites(p.maps()).unwrap();
+        p.test_count(b, 2);
+        p.test_count(a, 4);
+        poller.totals(p.maps(), k, &mut m, None).unwrap();
+        poller.prune_sites(p.maps()).unwrap();
+        let pending = |poller: &mut Poller| {
+            p.maps().read_pending(&mut poller.pending).unwrap();
+            poller.pending.sums().map(|(r, _)| r).collect::<Vec<_>>()
+        };
+        assert_eq!(pending(&mut poller), [b]);
+        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+        let sb = m.reasons.lookup("caller_b").unwrap();
+        assert_eq!((t[sa as usize], t[sb as usize]), (7, 2));
+        poller.prune_sites(p.maps()).unwrap();
+        assert!(pending(&mut poller).is_empty());
+        p.test_count(a, 1);
+        p.test_count(b, 1);
+        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+        assert_eq!((t[sa as usize], t[sb as usize]), (8, 3));
+        assert_eq!(t.iter().sum::<u64>(), 11);
     }
 }

@@ -152,6 +152,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             background,
         } = ctx;
         let mut poller = Poller::default();
+        poller.prunes = !probe.is_pinned();
         let mut ksyms = LiveKsyms::new(ksyms);
         // What the counters held at the start: a pinned instance has
         // counted before, and the run reports what happened since. An
