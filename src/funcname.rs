@@ -67,6 +67,13 @@ pub struct PinTarget {
 /// clap's value parser for pin's FUNC: a kernel function's name, or a
 /// tracepoint; a refused one is a usage error.
 pub fn parse_pin_arg(s: &str) -> Result<PinTarget, String> {
+    if s.starts_with(RAW_TP_PREFIX) {
+        return Err(format!(
+            "'{}': a pin takes its tracepoint as t:CATEGORY:EVENT (tp_btf, else a raw \
+             tracepoint where the kernel lacks it)",
+            s.escape_debug()
+        ));
+    }
     if TP_PREFIXES.iter().any(|p| s.starts_with(p)) {
         return match parse_trace_func(s, false)? {
             (func, Some(Hook::Tracepoint(category))) => Ok(PinTarget {
@@ -95,6 +102,9 @@ pub enum Hook {
     /// `t:CATEGORY:EVENT`, `tracepoint:CATEGORY:EVENT` (bcc, bpftrace): a
     /// tracepoint; the name is EVENT's, this its category.
     Tracepoint(String),
+    /// `rawtracepoint:CATEGORY:EVENT`: the same tracepoint, through a raw
+    /// tracepoint (not tp_btf).
+    RawTracepoint(String),
     /// `u:LIB:FUNC`, `uprobe:PATH:FUNC` (bcc, bpftrace): as `-x LIB FUNC`;
     /// this is LIB or PATH.
     Uprobe(String),
@@ -102,6 +112,8 @@ pub enum Hook {
 
 /// Tracepoint prefixes (bcc's and bpftrace's), longest first.
 const TP_PREFIXES: [&str; 2] = ["tracepoint:", "t:"];
+/// A tracepoint through a raw tracepoint (bpftrace's probe type's name).
+const RAW_TP_PREFIX: &str = "rawtracepoint:";
 /// User-function prefixes (bcc's and bpftrace's), longest first.
 const UPROBE_PREFIXES: [&str; 2] = ["uprobe:", "u:"];
 
@@ -130,24 +142,34 @@ fn tp_name(s: &str) -> std::result::Result<(), String> {
     }
 }
 
-/// `CATEGORY:EVENT` after a tracepoint prefix: the event's name and its
-/// category, or why not (completing "topdown: ").
-fn parse_tracepoint(given: &str, spec: &str) -> Result<(FuncName, Option<Hook>), String> {
+/// `CATEGORY:EVENT` after a tracepoint prefix (`raw`: rawtracepoint:):
+/// the event's name and its category, or why not (completing "topdown: ").
+fn parse_tracepoint(
+    given: &str,
+    spec: &str,
+    raw: bool,
+) -> Result<(FuncName, Option<Hook>), String> {
     let bad = |why: String| format!("'{}' is not a tracepoint: {why}", given.escape_debug());
+    let prefix = if raw { RAW_TP_PREFIX } else { "t:" };
     let Some((category, event)) = spec.split_once(':') else {
-        return Err(bad(
-            "name it as t:CATEGORY:EVENT, e.g. t:sched:sched_switch".to_string(),
-        ));
+        return Err(bad(format!(
+            "name it as {prefix}CATEGORY:EVENT, e.g. {prefix}sched:sched_switch"
+        )));
     };
     if event.contains(':') {
-        return Err(bad(
-            "one category and one event, as in t:kmem:mm_page_alloc".to_string(),
-        ));
+        return Err(bad(format!(
+            "one category and one event, as in {prefix}kmem:mm_page_alloc"
+        )));
     }
     tp_name(category).map_err(|why| bad(format!("its category: {why}")))?;
     tp_name(event).map_err(|why| bad(format!("its event: {why}")))?;
     let name = FuncName::parse(event).map_err(|why| bad(format!("its event: {why}")))?;
-    Ok((name, Some(Hook::Tracepoint(category.to_string()))))
+    let category = category.to_string();
+    let hook = match raw {
+        true => Hook::RawTracepoint(category),
+        false => Hook::Tracepoint(category),
+    };
+    Ok((name, Some(hook)))
 }
 
 /// `LIB:FUNC` after a uprobe prefix, as `-x LIB FUNC`.
@@ -190,6 +212,7 @@ pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>),
         if TP_PREFIXES
             .iter()
             .chain(&UPROBE_PREFIXES)
+            .chain(&[RAW_TP_PREFIX])
             .any(|p| s.starts_with(p))
         {
             return Err(format!(
@@ -201,8 +224,11 @@ pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>),
             .map(|f| (f, None))
             .map_err(|why| format!("'{}' is not a function name: {why}", s.escape_debug()));
     }
+    if let Some(spec) = s.strip_prefix(RAW_TP_PREFIX) {
+        return parse_tracepoint(s, spec, true);
+    }
     if let Some(spec) = TP_PREFIXES.iter().find_map(|p| s.strip_prefix(p)) {
-        return parse_tracepoint(s, spec);
+        return parse_tracepoint(s, spec, false);
     }
     if let Some(spec) = UPROBE_PREFIXES.iter().find_map(|p| s.strip_prefix(p)) {
         return parse_uprobe(s, spec);
@@ -408,6 +434,22 @@ mod tests {
             (f("free"), up("/lib/x/libc.so.6"))
         );
         assert_eq!(ok("kprobe:vfs_read"), (f("vfs_read"), Some(Hook::Kprobe)));
+        assert_eq!(
+            ok("rawtracepoint:sched:sched_switch"),
+            (
+                f("sched_switch"),
+                Some(Hook::RawTracepoint("sched".to_string()))
+            )
+        );
+        let e = parse_trace_func("rawtracepoint:sched_switch", false).unwrap_err();
+        assert!(e.contains("name it as rawtracepoint:CATEGORY:EVENT"), "{e}");
+        let e = parse_trace_func("rawtracepoint:sched:sched_switch", true).unwrap_err();
+        assert!(e.contains("names its own target"), "{e}");
+        let e = parse_pin_arg("rawtracepoint:sched:sched_switch").unwrap_err();
+        assert!(
+            e.contains("a pin takes its tracepoint as t:CATEGORY:EVENT"),
+            "{e}"
+        );
     }
 
     #[test]

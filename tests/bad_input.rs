@@ -120,6 +120,9 @@ const CASES: &[Case] = &[
     case(&["t:kmem:mm_page_alloc", "--fentry"], 2, "is a tracepoint: it takes no --fentry"),
     case(&["t:kmem:mm_page_alloc", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
     case(&["-x", "c", "t:kmem:mm_page_alloc"], 2, "names its own target: give it without -x"),
+    case(&["rawtracepoint:sched_switch"], 2, "name it as rawtracepoint:CATEGORY:EVENT"),
+    case(&["rawtracepoint:sched:sched_switch", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
+    case(&["pin", "rawtracepoint:sched:sched_switch"], 2, "a pin takes its tracepoint as t:CATEGORY:EVENT"),
     case(&["u:malloc"], 2, "names no file: u:LIB:FUNC"),
     case(&["u:c:a/b"], 2, "it has a '/' (a function's name, not a path)"),
     // Files, names and values the command line gives that are wrong: exit

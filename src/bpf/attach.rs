@@ -19,6 +19,8 @@ pub(crate) enum Request {
     Only(Mode),
     /// A tracepoint: tp_btf, falling back to raw_tp.
     Tracepoint,
+    /// A tracepoint through raw_tp only (rawtracepoint:).
+    RawTracepoint,
 }
 
 /// An attached probe, and why fentry was not used if it was not.
@@ -63,6 +65,23 @@ pub(crate) fn attach<'obj>(
         // A tracepoint's glue was read before load.
         ready();
         return attach_tracepoint(storage, config, func, companion, host);
+    }
+    if req == Request::RawTracepoint {
+        ready();
+        let companion = companion.filter(|c| *c == Companion::Bare);
+        return try_tp(
+            &mut storage.kprobe,
+            config,
+            func,
+            Mode::RawTp,
+            companion,
+            host,
+        )
+        .map(|probe| Attached {
+            probe,
+            fallback_reason: None,
+        })
+        .map_err(|why| Error::msg(format!("cannot trace tracepoint {func} with raw_tp: {why}")));
     }
     let fentry_err = match req {
         Request::Only(Mode::Kprobe) => None,

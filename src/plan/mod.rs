@@ -334,6 +334,7 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     // `p:FUNC`, `kprobe:FUNC`: as --kprobe; `u:LIB:FUNC`: as -x LIB FUNC.
     let mut with_hook;
     let mut tracepoint = None;
+    let raw = matches!(hook, Some(Hook::RawTracepoint(_)));
     let t = match hook {
         Some(Hook::Kprobe) if !t.mode.kprobe => {
             if t.mode.fentry {
@@ -350,7 +351,7 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
             with_hook.binary = Some(lib);
             &with_hook
         }
-        Some(Hook::Tracepoint(category)) => {
+        Some(Hook::Tracepoint(category) | Hook::RawTracepoint(category)) => {
             let refused = [
                 (t.mode.fentry, "--fentry"),
                 (t.mode.kprobe, "--kprobe"),
@@ -387,7 +388,10 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     } else {
         let mut trace = trace(&func, t)?;
         if tracepoint.is_some() {
-            trace.load.request = Request::Tracepoint;
+            trace.load.request = match raw {
+                true => Request::RawTracepoint,
+                false => Request::Tracepoint,
+            };
             trace.target.tracepoint = tracepoint;
         }
         Job::Trace(Box::new(trace))

@@ -33,6 +33,15 @@ fn modes_and_companions() {
 }
 
 #[test]
+fn a_raw_tracepoint_is_a_tracepoint_through_raw_tp_only() {
+    let t = trace_of(&["topdown", "rawtracepoint:sched:sched_switch"]);
+    assert_eq!(t.load.request, Request::RawTracepoint);
+    assert_eq!(t.target.tracepoint.as_deref(), Some("sched"));
+    let t = trace_of(&["topdown", "t:sched:sched_switch"]);
+    assert_eq!(t.load.request, Request::Tracepoint);
+}
+
+#[test]
 fn commands_become_jobs() {
     let job = |args: &[&str]| plan(args).unwrap().job;
     assert!(matches!(

@@ -36,7 +36,7 @@ run_faults() {
 	faults touch "${PAGES:-$N}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
 	_w=$!
 	wait_line "$TD_TMP/w.out" "faults: ready"
-	td_start t:kmem:mm_page_alloc -p $_w "$@"
+	td_start "${TP:-t}:kmem:mm_page_alloc" -p $_w "$@"
 	td_ready
 	: >"$TD_TMP/go"
 	wait $_w || { cat "$TD_TMP/w.out"; fail "faults failed"; }
@@ -44,7 +44,7 @@ run_faults() {
 	expect_eq "mm_page_alloc $*: exit status" "$TD_RC" 0
 	expect_eq "mm_page_alloc $*: caller not found" "$(summary_num caller_not_found)" 0
 	expect_eq "mm_page_alloc $*: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
-	expect_eq "mm_page_alloc $*: mode" "$(summary_str mode)" tp_btf
+	expect_eq "mm_page_alloc $*: mode" "$(summary_str mode)" "${MODE:-tp_btf}"
 }
 
 run_faults
@@ -94,7 +94,7 @@ run_sleeps() {
 	sleeps $S "${MS:-5}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
 	_w=$!
 	wait_line "$TD_TMP/w.out" "sleeps: ready"
-	td_start t:sched:sched_switch -p $_w "$@"
+	td_start "${TP:-t}:sched:sched_switch" -p $_w "$@"
 	td_ready
 	: >"$TD_TMP/go"
 	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
@@ -150,6 +150,24 @@ if [ -d /sys/fs/bpf ]; then
 	echo "ok: serve: $(grep -c 'function="sched_switch"' "$TD_TMP/metrics") series of sched_switch"
 	topdown unpin sched_switch >/dev/null 2>&1 || fail "unpin failed"
 fi
+
+# rawtracepoint: the same tracepoints through raw_tp (the fallback where tp_btf is
+# refused, which no kernel here does): the same reasons, counts and stacks.
+TP=rawtracepoint MODE=raw_tp run_faults
+grep -q "tracing tracepoint mm_page_alloc with raw_tp" "$TD_ERR" || fail "raw_tp header: $(head -1 "$TD_ERR")"
+f1=$(reason_count FAULT)
+[ "$f1" -ge $N ] && [ "$f1" -le $((N + 2)) ] || fail "raw_tp mm_page_alloc: FAULT = $f1, want $N to $((N + 2))"
+echo "ok: raw_tp mm_page_alloc: FAULT = $f1 ($N pages)"
+TP=rawtracepoint MODE=raw_tp run_faults --no-profile
+expect_eq "raw_tp mm_page_alloc --no-profile: $fn" "$(reason_count "$fn")" "$(summary_num total)"
+TP=rawtracepoint run_sleeps --stack-on NANOSLEEP --folded "$TD_TMP/raw.folded"
+expect_eq "raw_tp sched_switch: mode" "$(summary_str mode)" raw_tp
+expect_eq "raw_tp sched_switch: NANOSLEEP" "$(reason_count NANOSLEEP)" $S
+grep -q "do_nanosleep" "$TD_TMP/raw.folded" || fail "raw_tp: no do_nanosleep in the stacks: $(head -3 "$TD_TMP/raw.folded")"
+if grep -q "bpf_trace_run\|__traceiter_\|__bpf_trace_" "$TD_TMP/raw.folded"; then
+	fail "raw_tp: glue in the stacks: $(head -3 "$TD_TMP/raw.folded")"
+fi
+echo "ok: raw_tp sched_switch: $(head -1 "$TD_TMP/raw.folded" | cut -c1-200)"
 
 # --save, then --baseline: the same workload again is no fix (exit status 3, or 4 if
 # too few calls to tell).
