@@ -98,6 +98,12 @@ impl Poller {
             }
         })?;
         self.early_unwind_failed = mapper.deep.unwind_failures(&self.early);
+        // Retired before this read (pruned sites, exited processes,
+        // unloaded modules): the pruning below retires entries this read
+        // still holds, for the next.
+        for (t, r) in totals.iter_mut().zip(&self.retired) {
+            *t = t.wrapping_add(*r);
+        }
         if maps.has_user_sites() {
             maps.read_upending(&mut self.upending)?;
             let entries = self
@@ -115,9 +121,6 @@ impl Poller {
                     maps.remove_user_site(tgid, ret)?;
                 }
             }
-        }
-        for (t, r) in totals.iter_mut().zip(&self.retired) {
-            *t = t.wrapping_add(*r);
         }
         Ok(totals)
     }
