@@ -398,7 +398,7 @@ mod tests {
 
     use super::*;
     use crate::bpf::abi::{LoadConfig, FIRST_REASON};
-    use crate::bpf::probe::selftest;
+    use crate::bpf::probe::{selftest, Probe};
 
     const KSYMS: &str = "\
 ffffffff81000000 T caller_a
@@ -406,6 +406,17 @@ ffffffff81001000 t caller_b.isra.0
 ffffffff81002000 T caller_c
 ffffffff81003000 T end_of_text
 ";
+
+    /// Runs `f` on the self-test object with KSYMS' symbols, as root.
+    fn with_selftest(f: impl FnOnce(&Probe<'_>, &mut LiveKsyms<'_>)) {
+        if !crate::testing::bpf_or_skip() {
+            return;
+        }
+        let k = crate::kallsyms::Kallsyms::parse(KSYMS);
+        let mut storage = MaybeUninit::uninit();
+        let p = selftest::load(&mut storage, &LoadConfig::default());
+        f(&p, &mut LiveKsyms::fixed(&k));
+    }
 
     #[test]
     fn stats_take_the_stack_counters_from_the_counts_the_poll_read() {
@@ -470,14 +481,7 @@ ffffffff81003000 T end_of_text
 
     #[test]
     fn poller_totals_are_exact_across_resolution() {
-        if !crate::testing::bpf_or_skip() {
-            return;
-        }
-        let k = crate::kallsyms::Kallsyms::parse(KSYMS);
-        let k = &mut LiveKsyms::fixed(&k);
-        let mut storage = MaybeUninit::uninit();
-        let p = &selftest::load(&mut storage, &LoadConfig::default());
-        {
+        with_selftest(|p, k| {
             let mut m = Mapper::auto(64);
             let mut poller = Poller::default();
             let (a, b1, b2) = (0xffffffff81000010, 0xffffffff81001010, 0xffffffff81001800);
@@ -500,7 +504,7 @@ ffffffff81003000 T end_of_text
             let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
             assert_eq!(t[sb as usize], 52);
             assert_eq!(poller.sites(), 3);
-        }
+        });
     }
 
     #[test]
@@ -571,41 +575,36 @@ ffffffff81003000 T end_of_text
 
     #[test]
     fn resolved_sites_leave_the_pending_table_a_period_on_their_calls_kept() {
-        if !crate::testing::bpf_or_skip() {
-            return;
-        }
-        let k = crate::kallsyms::Kallsyms::parse(KSYMS);
-        let k = &mut LiveKsyms::fixed(&k);
-        let mut storage = MaybeUninit::uninit();
-        let p = &selftest::load(&mut storage, &LoadConfig::default());
-        let mut m = Mapper::auto(64);
-        let mut poller = Poller::default();
-        let (a, b) = (0xffffffff81000010, 0xffffffff81001010);
-        p.test_count(a, 3);
-        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
-        let sa = m.reasons.lookup("caller_a").unwrap();
-        assert_eq!(t[sa as usize], 3);
-        // a resolved in the first period, b in the second: a goes at the
-        // second pruning, b at the third.
-        poller.prune_sites(p.maps()).unwrap();
-        p.test_count(b, 2);
-        p.test_count(a, 4);
-        poller.totals(p.maps(), k, &mut m, None).unwrap();
-        poller.prune_sites(p.maps()).unwrap();
-        let pending = |poller: &mut Poller| {
-            p.maps().read_pending(&mut poller.pending).unwrap();
-            poller.pending.sums().map(|(r, _)| r).collect::<Vec<_>>()
-        };
-        assert_eq!(pending(&mut poller), [b]);
-        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
-        let sb = m.reasons.lookup("caller_b").unwrap();
-        assert_eq!((t[sa as usize], t[sb as usize]), (7, 2));
-        poller.prune_sites(p.maps()).unwrap();
-        assert!(pending(&mut poller).is_empty());
-        p.test_count(a, 1);
-        p.test_count(b, 1);
-        let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
-        assert_eq!((t[sa as usize], t[sb as usize]), (8, 3));
-        assert_eq!(t.iter().sum::<u64>(), 11);
+        with_selftest(|p, k| {
+            let mut m = Mapper::auto(64);
+            let mut poller = Poller::default();
+            let (a, b) = (0xffffffff81000010, 0xffffffff81001010);
+            p.test_count(a, 3);
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            let sa = m.reasons.lookup("caller_a").unwrap();
+            assert_eq!(t[sa as usize], 3);
+            // a resolved in the first period, b in the second: a goes at the
+            // second pruning, b at the third.
+            poller.prune_sites(p.maps()).unwrap();
+            p.test_count(b, 2);
+            p.test_count(a, 4);
+            poller.totals(p.maps(), k, &mut m, None).unwrap();
+            poller.prune_sites(p.maps()).unwrap();
+            let pending = |poller: &mut Poller| {
+                p.maps().read_pending(&mut poller.pending).unwrap();
+                poller.pending.sums().map(|(r, _)| r).collect::<Vec<_>>()
+            };
+            assert_eq!(pending(&mut poller), [b]);
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            let sb = m.reasons.lookup("caller_b").unwrap();
+            assert_eq!((t[sa as usize], t[sb as usize]), (7, 2));
+            poller.prune_sites(p.maps()).unwrap();
+            assert!(pending(&mut poller).is_empty());
+            p.test_count(a, 1);
+            p.test_count(b, 1);
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            assert_eq!((t[sa as usize], t[sb as usize]), (8, 3));
+            assert_eq!(t.iter().sum::<u64>(), 11);
+        });
     }
 }
