@@ -16,8 +16,8 @@ type Loaded = (String, u64);
 
 /// The modules /proc/modules lists, by name and address, sorted; None
 /// where the kernel has no modules (no file) or hides their addresses. A
-/// module still loading is left out: /proc/kallsyms may not name its
-/// functions yet (seen on 6.12), and the next look finds it loaded.
+/// module still loading is left out: its symbols may not all be in place
+/// yet, and the next look finds it loaded.
 fn parse_modules(text: &str) -> Option<Vec<Loaded>> {
     let mut v = Vec::new();
     for line in text.lines() {
