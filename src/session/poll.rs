@@ -166,11 +166,7 @@ impl Poller {
             self.young.extend(new);
             return Ok(());
         }
-        // An address may be in the pending table and in a fresh table.
-        let mut sums: HashMap<u64, u64> = HashMap::new();
-        for (ret, n) in self.pending.sums() {
-            *sums.entry(ret).or_default() += n;
-        }
+        let sums = self.pending_by_address();
         let base = &self.site_base;
         let entries = sums
             .into_iter()
@@ -215,6 +211,16 @@ impl Poller {
         Ok(())
     }
 
+    /// The pending calls last read, summed by address: an address may be
+    /// in the pending table and in a fresh table.
+    fn pending_by_address(&self) -> HashMap<u64, u64> {
+        let mut sums: HashMap<u64, u64> = HashMap::new();
+        for (ret, n) in self.pending.sums() {
+            *sums.entry(ret).or_default() += n;
+        }
+        sums
+    }
+
     /// Forgets the sites (return address, slot) `gone` picks: those that
     /// lay in a module since unloaded, or named by no symbol,
     /// keeping their pending calls, as the last read holds them, as
@@ -223,10 +229,7 @@ impl Poller {
     /// holds every call it made; calls after it, from the same addresses,
     /// are a new module's, resolved anew.
     pub(crate) fn forget_sites(&mut self, gone: impl Fn(u64, u32) -> bool) -> Vec<(u64, u32)> {
-        let mut sums: HashMap<u64, u64> = HashMap::new();
-        for (ret, n) in self.pending.sums() {
-            *sums.entry(ret).or_default() += n;
-        }
+        let sums = self.pending_by_address();
         if self.retired.len() < NR_SLOTS {
             self.retired.resize(NR_SLOTS, 0);
         }
