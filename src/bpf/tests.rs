@@ -441,7 +441,25 @@ fn the_pending_table_is_read_whole_in_batches() {
             }
             got.into_iter().collect::<Vec<(u64, u64)>>()
         };
-        assert_eq!(read(&mut buf), want, "{cpus} possible CPUs");
+        // A kernel may fail an insert now and then (6.18 did, about one
+        // run in ten, with the test runs sent to other CPUs): the call
+        // is then counted as "sites full", not lost. So what was read is
+        // what was counted, less exactly those calls.
+        let full = p.maps().counts().unwrap()[SLOT_SITES_FULL as usize];
+        let got = read(&mut buf);
+        let lacking: u64 =
+            want.iter().map(|w| w.1).sum::<u64>() - got.iter().map(|g| g.1).sum::<u64>();
+        assert_eq!(lacking, full, "{cpus} possible CPUs: {got:?}");
+        assert!(
+            got.iter()
+                .all(|g| want.iter().any(|w| w.0 == g.0 && w.1 >= g.1)),
+            "{got:?}"
+        );
+        if full > 0 {
+            eprintln!("the kernel refused {full} inserts: counted as sites full");
+            return;
+        }
+        assert_eq!(got, want, "{cpus} possible CPUs");
         // The buffers are reused: more calls and a new site show.
         p.test_count(want[0].0, 2);
         want[0].1 += 2;
