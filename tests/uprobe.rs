@@ -211,6 +211,61 @@ fn a_pie_programs_function_is_counted_for_one_process_and_its_stacks_captured() 
         "{text}"
     );
     assert!(line.ends_with(" 200"), "{text}");
+    gates_add_up(&sum);
+}
+
+/// Every captured reason's calls at the stack gate are its stacks shown
+/// plus each cause of the others (the summary's capture_calls).
+fn gates_add_up(sum: &serde_json::Value) {
+    for g in sum["capture_calls"].as_array().unwrap() {
+        let n = |k: &str| g[k].as_u64().unwrap();
+        let parts = [
+            "shown",
+            "sampled_out",
+            "rate_capped",
+            "ringbuf_full",
+            "not_kept",
+        ];
+        assert_eq!(n("calls"), parts.iter().map(|k| n(k)).sum::<u64>(), "{g}");
+    }
+}
+
+/// The stacks shown of `reason` in the summary.
+fn shown(sum: &serde_json::Value, reason: &str) -> u64 {
+    sum["stacks_by_reason"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["reason"] == reason)
+        .map_or(0, |s| s["captured"].as_u64().unwrap())
+}
+
+/// The case: three callers' calls in one burst, over before topdown
+/// names any of their call sites, at the default --max-rate. They all come
+/// untagged; the busiest first caller's used to spend the whole budget, and
+/// the captured reason's calls, last, got none.
+#[test]
+fn a_captured_callers_first_calls_have_stacks_whatever_the_other_callers_made() {
+    need_uprobes!();
+    let b = Built::new("untagged");
+    let (a, pid) = b.start([3000, 2000, 1000]);
+    let pid = pid.to_string();
+    let args = [
+        "-x",
+        &b.path("ucallers"),
+        "td_work",
+        "-p",
+        &pid,
+        "--stack-on",
+        "caller_three",
+    ];
+    let sum = run(&args, vec![a]);
+    assert_eq!(counts(&sum), (want([3000, 2000, 1000]), 6000));
+    let got = shown(&sum, "caller_three");
+    assert!(got >= 10, "caller_three: {got} stacks shown: {sum}");
+    assert_eq!(shown(&sum, "caller_one"), 0, "{sum}");
+    eprintln!("capture_calls: {}", sum["capture_calls"]);
+    gates_add_up(&sum);
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub(crate) const COUNTS_WORDS: usize = NR_SLOTS + NR_STACK_STATS + 1;
 
 // The arrays the structs are made of follow the constants above.
 const _: () = assert!(size_of::<types::td_counts>() == COUNTS_WORDS * 8);
-const _: () = assert!(size_of::<types::td_budget>() == 8);
+const _: () = assert!(size_of::<types::td_budget>() == 16);
 const _: () = assert!(size_of::<types::td_stats>() == NR_STATS * 8);
 const _: () = assert!(NR_SLOTS.is_power_of_two());
 // An empty site cache entry (0) reads as return address 0, not found.
@@ -80,6 +80,17 @@ pub(crate) fn site_cache_entry(ret: u64, slot: u32) -> Option<(usize, u64)> {
 pub(crate) fn site_cache_site(entry: u64) -> (u64, u32) {
     let high = !0u64 << SITE_SHIFT;
     ((entry & !high) | high, (entry >> SLOT_SHIFT) as u32)
+}
+
+/// The index of reason `slot` in the per-reason stack maps (rstacks,
+/// budget, the background buckets): NR_SLOTS for SLOT_NONE, a uprobe's
+/// untagged calls; as the BPF side's rstack_index.
+pub(crate) fn stack_index(slot: u32) -> u32 {
+    if slot == SLOT_NONE {
+        NR_SLOTS as u32
+    } else {
+        slot & (NR_SLOTS as u32 - 1)
+    }
 }
 
 /// The background sampler's token bucket for --background-stacks `n`, as

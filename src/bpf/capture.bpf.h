@@ -102,10 +102,13 @@ static __always_inline void stack_inc(struct td_counts *c, struct td_rstack *rs,
 
 /*
  * Sends the stack of this call, of stack reason `want`, to user space;
- * `c` is this CPU's counters. Each call it sees ends as one of sampled
- * out, rate capped, ring buffer full or emitted, counted for its reason.
+ * `c` is this CPU's counters; `later`: a uprobe's untagged call past its
+ * site's first TD_UNTAGGED_PER_SITE, which leaves the allowance's `keep`.
+ * Each call it sees ends as one of sampled out, rate capped, ring buffer
+ * full or emitted, counted for its reason, whose budget it draws on.
  */
-static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want)
+static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __u32 want,
+				   bool later)
 {
 	__u32 i = rstack_index(want);
 	struct td_rstack *rs = bpf_map_lookup_elem(&rstacks, &i);
@@ -116,8 +119,8 @@ static __always_inline void sample(void *ctx, struct td_counts *c, __u64 ret, __
 		stack_inc(c, rs, TD_STACK_SAMPLED_OUT);
 		return;
 	}
-	b = bpf_map_lookup_elem(&budget, &zero);
-	if (!b || !b->left) {
+	b = bpf_map_lookup_elem(&budget, &i);
+	if (!b || b->left <= (later ? b->keep : 0)) {
 		stack_inc(c, rs, TD_STACK_RATE_CAPPED);
 		return;
 	}
@@ -212,7 +215,7 @@ static __always_inline bool stack_gate(void *ctx, struct td_counts *c, __u64 ret
 {
 	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want, loops)))
 		return false;
-	sample(ctx, c, ret, want);
+	sample(ctx, c, ret, want, false);
 	return true;
 }
 

@@ -106,7 +106,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, TD_NR_SLOTS + 1);
 	__type(key, __u32);
 	__type(value, struct td_budget);
 } budget SEC(".maps");
@@ -200,18 +200,19 @@ enum td_counted {
 
 /*
  * Adds a call to `key`'s count in per-CPU hash `map` (pending, early),
- * inserting the key on its first call.
+ * inserting the key on its first call; *n: the count on this CPU now.
  */
-static __always_inline enum td_counted count_in(void *map, void *key)
+static __always_inline enum td_counted count_in(void *map, void *key, __u64 *n)
 {
 	__u64 one = 1, *p;
 
+	*n = 1;
 	if ((p = bpf_map_lookup_elem(map, key))) {
-		(*p)++;
+		*n = ++*p;
 	} else if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0) {
 		return TD_COUNT_INSERTED;
 	} else if ((p = bpf_map_lookup_elem(map, key))) {
-		(*p)++;		/* lost a race to insert */
+		*n = ++*p;	/* lost a race to insert */
 	} else {
 		return TD_COUNT_FULL;
 	}
@@ -220,14 +221,15 @@ static __always_inline enum td_counted count_in(void *map, void *key)
 
 /*
  * Counts a call from a site not resolved yet in `map` (pending, upending):
- * TD_SLOT_NONE, or TD_SLOT_SITES_FULL where the table is full. A new site
+ * TD_SLOT_NONE, or TD_SLOT_SITES_FULL where the table is full; *n: the
+ * site's calls on this CPU counted there so far. A new site
  * sets new_sites, so user space resolves it within a tick, whatever its
  * print interval (a user site also while its process, whose maps
  * symbolize it, is likely alive).
  */
-static __always_inline __u32 count_pending(void *map, void *key)
+static __always_inline __u32 count_pending(void *map, void *key, __u64 *n)
 {
-	switch (count_in(map, key)) {
+	switch (count_in(map, key, n)) {
 	case TD_COUNT_INSERTED:
 		*(volatile __u32 *)&new_sites = 1;
 		return TD_SLOT_NONE;

@@ -128,6 +128,7 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 					 enum td_kind kind, bool loops)
 {
 	struct td_scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 n;
 	int ci;
 
 	if (!s) {
@@ -144,7 +145,7 @@ static __always_inline __u32 count_early(void *ctx, struct td_counts *c, __u64 r
 		for (__u32 d = 1; d < TD_MAX_RULE_DEPTH; d++)
 			s->early.frames[d] = 0;
 	}
-	if (count_in(&early, &s->early))
+	if (count_in(&early, &s->early, &n))
 		return TD_SLOT_NONE;
 	c->n[TD_SLOT_SITES_FULL]++;
 	return TD_SLOT_SITES_FULL;

@@ -575,15 +575,28 @@ impl Maps {
         Ok(out)
     }
 
-    /// Lets each CPU send up to `per_cpu` more stacks (the budget is
-    /// replaced, not added to: what a CPU did not use is gone).
-    pub(crate) fn refill(&self, per_cpu: u64) -> Result<()> {
+    /// Lets each CPU send up to `per_cpu` more stacks of reason `slot`
+    /// (SLOT_NONE: a uprobe's untagged calls, their allowance, of which a
+    /// site's later calls leave `keep`: see td_budget). The budget is
+    /// replaced, not added to: what a CPU did not use is gone.
+    pub(crate) fn refill(&self, slot: u32, per_cpu: u64, keep: u64) -> Result<()> {
         let cpus = libbpf_rs::num_possible_cpus()
             .map_err(|e| Error::bpf("counting the possible CPUs", e))?;
-        let values = vec![per_cpu.to_ne_bytes().to_vec(); cpus];
+        // td_budget: left, then keep (abi.rs checks its size).
+        let value = [per_cpu.to_ne_bytes(), keep.to_ne_bytes()].concat();
+        let values = vec![value; cpus];
+        let key = abi::stack_index(slot).to_ne_bytes();
         self.budget
-            .update_percpu(&ZERO_KEY, &values, MapFlags::ANY)
+            .update_percpu(&key, &values, MapFlags::ANY)
             .map_err(|e| Error::bpf("refilling the stack budget", e))
+    }
+
+    /// Refills every reason's budget (and the untagged calls' allowance).
+    #[cfg(test)]
+    pub(crate) fn refill_every(&self, per_cpu: u64) -> Result<()> {
+        (0..abi::NR_SLOTS as u32)
+            .chain([abi::SLOT_NONE])
+            .try_for_each(|slot| self.refill(slot, per_cpu, 0))
     }
 
     /// A handle on the sample ring buffer.

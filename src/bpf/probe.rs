@@ -592,8 +592,9 @@ impl<'obj> Probe<'obj> {
                 Ok(())
             }
             Owner::Pinned { .. } => {
+                let was = self.maps.capturing();
                 self.maps.capture(SLOT_NONE, &[])?;
-                self.maps.refill(0)
+                self.maps.refill(was.unwrap_or(SLOT_NONE), 0, 0)
             }
         }
     }
@@ -604,8 +605,9 @@ impl<'obj> Probe<'obj> {
         self.maps.own(0);
         // Capture off cannot fail (stores to mapped memory); a budget left
         // is spent and not refilled.
+        let was = self.maps.capturing();
         let _ = self.maps.capture(SLOT_NONE, &[]);
-        let _ = self.maps.refill(0);
+        let _ = self.maps.refill(was.unwrap_or(SLOT_NONE), 0, 0);
     }
 
     fn skel(&self) -> Option<&TopdownSkel<'obj>> {

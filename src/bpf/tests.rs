@@ -390,7 +390,7 @@ fn a_killed_readers_capture_is_put_back_by_the_captured_reasons_call() {
     let a = 0xffffffff81000123;
     let mut storage = MaybeUninit::uninit();
     let p = leased_with_site(&mut storage, a, 7);
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     p.maps().capture(7, &[]).unwrap();
     let (cell, entry) = p.maps().site_cell_ptr(a, 7);
     // SAFETY: the object is alive; plain accesses of mapped memory.

@@ -85,6 +85,7 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 					    enum td_kind kind, bool loops)
 {
 	__u32 *slot, r = TD_SLOT_NONE;
+	__u64 n;
 	int dc;
 
 	if (!ret) {
@@ -108,7 +109,7 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 	/* First calls from a site: counted per address until resolved. */
 	if (cfg.fresh && count_fresh(ret))
 		return TD_SLOT_NONE;
-	r = count_pending(&pending, &ret);
+	r = count_pending(&pending, &ret, &n);
 	if (r == TD_SLOT_SITES_FULL)
 		c->n[TD_SLOT_SITES_FULL]++;
 	return r;

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 7,
+	TD_LAYOUT_VERSION = 8,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -31,6 +31,17 @@ enum td_abi {
 	TD_UNWIND_FRAMES = 32,		/* a power of two */
 	TD_MAX_FRAMES = 127,
 	TD_MAX_STACK_RANGES = 32,
+	/*
+	 * A uprobe's calls from a (tgid, return address) not resolved yet
+	 * cannot be told apart by reason. While a reason is captured they
+	 * draw on an allowance of their own, and each such site's first this
+	 * many calls on a CPU may spend all of it, the later ones only down
+	 * to td_budget.keep: one busy caller's calls cannot use it up before
+	 * another's come. The background sampler takes only the first
+	 * TD_BG_UNTAGGED_PER_SITE of each such site, for the same reason.
+	 */
+	TD_UNTAGGED_PER_SITE = 10,
+	TD_BG_UNTAGGED_PER_SITE = 4,
 	TD_SELFTEST_ARGS = 12,		/* raw_tp test runs take at most 12 arguments */
 	/*
 	 * FUNC's entry frame is FUNC+5 (the call from the fentry site), FUNC+9
@@ -159,13 +170,21 @@ struct td_fresh {
 };
 
 /*
- * Stacks a CPU may still send. User space refills it every second while
- * capturing (the rate cap: no clock read per call), --max-rate split over
- * the CPUs online, so capture also stops by itself within a second if
- * topdown stops refilling.
+ * Stacks a CPU may still send for one reason: the budget map has one a
+ * reason slot, and one (TD_NR_SLOTS) for a uprobe's calls from sites not
+ * resolved yet, sent untagged. User space refills the captured reason's
+ * (and that allowance) every second while capturing (the rate cap: no
+ * clock read per call), --max-rate split over the CPUs online, so capture
+ * also stops by itself within a second if topdown stops refilling.
  */
 struct td_budget {
 	__u64 left;
+	/*
+	 * The untagged calls' allowance: what a site's calls past its first
+	 * TD_UNTAGGED_PER_SITE leave for other sites' first calls (0 in a
+	 * reason's budget).
+	 */
+	__u64 keep;
 };
 
 struct td_stats {

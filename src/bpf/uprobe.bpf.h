@@ -63,6 +63,7 @@ int BPF_KPROBE(td_uprobe)
 	struct td_ukey k = {};
 	struct td_counts *c;
 	__u32 *slot, r, want;
+	__u64 n = 0;
 
 	if (!wanted(TD_PATH_ANY))
 		return 0;
@@ -81,23 +82,30 @@ int BPF_KPROBE(td_uprobe)
 	else if ((slot = bpf_map_lookup_elem(&usites, &k)))
 		r = *slot & (TD_NR_SLOTS - 1);
 	else
-		r = count_pending(&upending, &k);
+		r = count_pending(&upending, &k, &n);
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
 	if (!cfg.stacks)
 		return 0;
 	want = *(volatile __u32 *)&ctl.reason;
 	if (want != TD_SLOT_NONE && r == want)
-		sample(ctx, c, k.ret, want);
+		sample(ctx, c, k.ret, want, false);
 	else if (want != TD_SLOT_NONE && r == TD_SLOT_NONE)
 		/*
 		 * A site not resolved yet (a burst of calls can be over before
-		 * user space sees it): sent untagged, and kept by user space
-		 * if the caller it symbolizes is the stack reason's.
+		 * user space sees it): sent untagged, from an allowance apart
+		 * from the reason's budget, and kept by user space if the
+		 * caller it symbolizes is the stack reason's. A site's calls
+		 * past its first on this CPU leave part of the allowance to
+		 * the other sites' first calls.
 		 */
-		sample(ctx, c, k.ret, TD_SLOT_NONE);
-	else if (cfg.bg_every_ns)
-		/* The trap costs microseconds: every call may take a token. */
+		sample(ctx, c, k.ret, TD_SLOT_NONE, n > TD_UNTAGGED_PER_SITE);
+	else if (cfg.bg_every_ns && (r != TD_SLOT_NONE || n <= TD_BG_UNTAGGED_PER_SITE))
+		/*
+		 * The trap costs microseconds: every call may take a token;
+		 * an unresolved site's first calls only, so that one busy
+		 * site does not empty the bucket they share.
+		 */
 		background(ctx, c, k.ret, r, 0);
 	return 0;
 }

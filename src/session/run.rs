@@ -28,7 +28,7 @@ use super::ksyms::{self, LiveKsyms};
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{End, State};
-use super::timing::{per_cpu_budget, unix_now, REFILL, TICK};
+use super::timing::{unix_now, Budget, REFILL, TICK};
 use super::trigger::announcement;
 use super::trigger::{Decision, Trigger};
 
@@ -99,7 +99,7 @@ pub(super) struct Run<'a, 'obj> {
     /// Each reason's stack path counters at the start (empty: all 0).
     base_gates: Vec<[u64; NR_STACK_STATS]>,
     base_prog: ProgStats,
-    budget: u64,
+    budget: Budget,
     own: u32,
     start: Instant,
     start_unix: f64,
@@ -189,10 +189,14 @@ impl<'a, 'obj> Run<'a, 'obj> {
             untagged_shown: Default::default(),
         };
         let start = Instant::now();
-        let budget = per_cpu_budget(opts.max_rate, crate::host::online_cpus());
+        let budget = Budget::new(
+            opts.max_rate,
+            crate::host::online_cpus(),
+            stacks.user_target,
+        );
         if let Some(slot) = stack_on {
             // The budget first: a call between the two would find none.
-            probe.maps().refill(budget)?;
+            budget.refill(probe.maps(), slot)?;
             stacks.switch_on(&mut probe, ksyms.get(), mapper, slot)?;
             state.capturing(slot, 0.0, mono_ns(), &base);
             eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
@@ -258,8 +262,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
             if now >= self.next_tick {
                 self.tick(now, &cur)?;
             }
-            if self.state.target().is_some() && now >= self.next_refill {
-                self.probe.maps().refill(self.budget)?;
+            if let Some(t) = self.state.target().filter(|_| now >= self.next_refill) {
+                self.budget.refill(self.probe.maps(), t)?;
                 self.next_refill = now + REFILL;
             }
             let ended = self.end.is_some_and(|e| now >= e);
@@ -397,8 +401,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
         }
         if let Some(d) = decision {
             announce(&d, &self.mapper.reasons, self.state.threshold());
-            self.probe.maps().refill(self.budget)?;
             let to = d.switch.to();
+            self.budget.refill(self.probe.maps(), to)?;
             self.stacks
                 .switch_on(&mut self.probe, self.ksyms.get(), self.mapper, to)?;
             self.next_refill = now + REFILL;

@@ -20,6 +20,43 @@ pub(super) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
     max_rate.div_ceil(cpus.max(1) as u64).max(1)
 }
 
+/// The stack budgets a refill gives each CPU: the captured reason's and,
+/// for a uprobe, the allowance of its calls from sites not resolved yet
+/// (sent untagged: no one can tell whose they are before user space names
+/// the site), as large and apart, so the untagged calls never spend the
+/// reason's own. A site's calls past its first few leave a quarter of the
+/// allowance to the other sites' first calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Budget {
+    pub(super) reason: u64,
+    pub(super) untagged: u64,
+}
+
+impl Budget {
+    pub(super) fn new(max_rate: u64, cpus: usize, uprobe: bool) -> Budget {
+        let reason = per_cpu_budget(max_rate, cpus);
+        Budget {
+            reason,
+            untagged: if uprobe { reason } else { 0 },
+        }
+    }
+
+    /// Refills the budget of reason `slot` (and the untagged calls'
+    /// allowance, for a uprobe).
+    pub(super) fn refill(
+        &self,
+        maps: &crate::bpf::maps::Maps,
+        slot: u32,
+    ) -> crate::error::Result<()> {
+        maps.refill(slot, self.reason, 0)?;
+        if self.untagged > 0 {
+            let keep = self.untagged / 4;
+            maps.refill(crate::bpf::abi::SLOT_NONE, self.untagged, keep)?;
+        }
+        Ok(())
+    }
+}
+
 /// Seconds since the epoch, for the reports' timestamps.
 pub(super) fn unix_now() -> f64 {
     SystemTime::now()
@@ -37,5 +74,23 @@ mod tests {
         assert_eq!(per_cpu_budget(1001, 2), 501);
         assert_eq!(per_cpu_budget(1, 64), 1);
         assert_eq!(per_cpu_budget(10, 0), 10);
+    }
+
+    #[test]
+    fn a_uprobes_untagged_calls_get_an_allowance_as_large_as_the_reasons() {
+        assert_eq!(
+            Budget::new(1000, 2, false),
+            Budget {
+                reason: 500,
+                untagged: 0
+            }
+        );
+        assert_eq!(
+            Budget::new(1000, 2, true),
+            Budget {
+                reason: 500,
+                untagged: 500
+            }
+        );
     }
 }

@@ -24,7 +24,7 @@ use super::ksyms::LiveKsyms;
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{gate, since_gates};
-use super::timing::{per_cpu_budget, REFILL, TICK};
+use super::timing::{Budget, REFILL, TICK};
 use super::trigger::announcement;
 use super::trigger::{Trigger, TriggerConfig};
 
@@ -49,7 +49,7 @@ pub(crate) struct Watch {
     start: Instant,
     next_tick: Instant,
     next_refill: Instant,
-    budget: u64,
+    budget: Budget,
     /// The pinned program has the background sampler: the site cache is
     /// flagged for it every tick.
     background: bool,
@@ -90,6 +90,7 @@ impl Watch {
         let base_gates = inst.probe.maps().reason_stacks(0..=NR_SLOTS as u32)?;
         let meta = &inst.meta;
         let now = Instant::now();
+        let uprobe = inst.probe.mode() == Mode::Uprobe;
         Ok(Watch {
             func: meta.function.clone(),
             instance,
@@ -97,7 +98,7 @@ impl Watch {
                 capture,
                 symbols: Symbols::new(meta.vmlinux.clone(), false),
                 func_addr: meta.func_addr,
-                user_target: inst.probe.mode() == Mode::Uprobe,
+                user_target: uprobe,
                 kept: Kept::default(),
                 untagged_shown: Default::default(),
             },
@@ -109,7 +110,7 @@ impl Watch {
             start: now,
             next_tick: now + TICK,
             next_refill: now + REFILL,
-            budget: per_cpu_budget(max_rate, crate::host::online_cpus()),
+            budget: Budget::new(max_rate, crate::host::online_cpus(), uprobe),
             base_gates,
             shown: BTreeMap::new(),
             gates: None,
@@ -229,7 +230,7 @@ impl Watch {
                     announcement(&d, &self.mapper.reasons, self.trigger.threshold())
                 ));
                 // The budget first: a call between the two would find none.
-                self.probe.maps().refill(self.budget)?;
+                self.budget.refill(self.probe.maps(), d.switch.to())?;
                 self.stacks
                     .switch_on(&mut self.probe, ksyms, &self.mapper, d.switch.to())?;
                 self.shown.entry(d.switch.to()).or_default();
@@ -239,8 +240,8 @@ impl Watch {
                 self.next_tick += TICK;
             }
         }
-        if self.trigger.target().is_some() && now >= self.next_refill {
-            self.probe.maps().refill(self.budget)?;
+        if let Some(t) = self.trigger.target().filter(|_| now >= self.next_refill) {
+            self.budget.refill(self.probe.maps(), t)?;
             self.next_refill = now + REFILL;
         } else if self.trigger.target().is_none() {
             self.next_refill = now + Duration::from_secs(3600);

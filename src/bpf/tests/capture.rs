@@ -82,7 +82,7 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     let config = capture_config();
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     let (ctl, watch) = p.maps().control_ptr();
     let (ctl, watch) = (ctl as usize, watch as usize);
     // Capture on A flags A's cached site, as Maps::capture does; the
@@ -172,7 +172,7 @@ fn capture_on_not_found_samples_only_calls_without_a_caller() {
     let config = capture_config();
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site, 2).unwrap();
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     p.maps().capture(SLOT_NOT_FOUND, &[]).unwrap();
     let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
@@ -210,7 +210,7 @@ fn captured_by_ranges(loop_helper: bool) {
     let p = load_walking_rules(&mut storage, &config, loop_helper);
     p.maps().add_site(resolved, R).unwrap();
     p.maps().add_site(other, R + 1).unwrap();
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     let ranges: Vec<(u64, u64)> = (0..MAX_STACK_RANGES as u64)
         .map(|i| {
             (
@@ -310,7 +310,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     assert!(background_of(&ring_now(&p), A) <= 1);
     // Capture on A: A's calls are the capture's, B's still the sampler's
     // (its bucket is empty by now: the flag is cleared, nothing sent).
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     p.maps().capture(A, &[]).unwrap();
     p.maps().flag_sites(None, true);
     for _ in 0..5 {
@@ -369,7 +369,7 @@ fn capture_leaves_the_common_path_to_other_reasons() {
     let p = selftest::load(&mut storage, &capture_config());
     p.maps().add_site(site_a, A).unwrap();
     p.maps().add_site(site_b, B).unwrap();
-    p.maps().refill(u64::MAX).unwrap();
+    p.maps().refill_every(u64::MAX).unwrap();
     p.maps().capture(A, &[]).unwrap();
     p.maps().add_site(late_a, A).unwrap();
     let cell = |ret, slot| {
@@ -405,4 +405,38 @@ fn capture_leaves_the_common_path_to_other_reasons() {
     let counts = p.maps().counts().unwrap();
     assert_eq!((counts[A as usize], counts[B as usize]), (7, 5));
     assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 0);
+}
+
+/// Each reason draws on a budget of its own: a reason that spent its
+/// budget leaves the next captured reason's whole, and the calls over a
+/// budget are counted as rate capped under their reason.
+#[test]
+fn each_captured_reason_spends_its_own_budget() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    const A: u32 = 2;
+    const B: u32 = 3;
+    let (site_a, site_b) = (0xffffffff81000010, 0xffffffff81001018);
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, &capture_config());
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().add_site(site_b, B).unwrap();
+    // A budget is per CPU: the runs are all on CPU 0.
+    p.maps().refill(A, 3, 0).unwrap();
+    p.maps().refill(B, 5, 0).unwrap();
+    p.maps().capture(A, &[]).unwrap();
+    (0..10).for_each(|_| p.test_count_on(site_a, 0));
+    assert_eq!(ring_now(&p), vec![(A, false); 3]);
+    p.maps().capture(B, &[]).unwrap();
+    (0..10).for_each(|_| p.test_count_on(site_b, 0));
+    assert_eq!(ring_now(&p), vec![(B, false); 5]);
+    let gates = p.maps().reason_stacks(A..=B).unwrap();
+    let at = |slot: u32, s: StackStat| gates[slot as usize][s.0 as usize];
+    use StackStat as S;
+    for (slot, sent) in [(A, 3), (B, 5)] {
+        assert_eq!(at(slot, S::TD_STACK_MATCHED), 10);
+        assert_eq!(at(slot, S::TD_STACK_EMITTED), sent);
+        assert_eq!(at(slot, S::TD_STACK_RATE_CAPPED), 10 - sent);
+    }
 }

@@ -76,6 +76,24 @@ cat "$TD_TMP/f"
 grep -q '^caller_two;.*main+0x0;caller_two+0x0;--;td_work 200$' "$TD_TMP/f" ||
 	fail "no folded stack main;caller_two with 200 calls"
 
+# The issue's case, at the default --max-rate: 3000, 2000 and 1000 calls in one burst,
+# over before topdown names a call site, so every call comes untagged. The busiest
+# caller's calls, first, used to spend the whole budget (500 a CPU): caller_three, last
+# and captured, got no stack. Now each site's first 10 calls on a CPU have stacks from
+# an allowance apart, and caller_three's are shown.
+rm -f "$TD_TMP/a"
+start_workload a 3000 2000 1000
+A=$W_PID
+td_start -x /bin/ucallers td_work -p "$A" --stack-on caller_three
+go a
+wait $A
+td_stop
+expect_eq "untagged: total" "$(summary_num total)" 6000
+expect_eq "untagged: caller_three" "$(reason_count caller_three)" 1000
+three=$(echo "$TD_SUMMARY" | grep -o '{"reason":"caller_three","captured":[0-9]*' | sed 's/.*://')
+echo "untagged: caller_three has ${three:-0} stacks shown; gates: $(echo "$TD_SUMMARY" | grep -o '"capture_calls":\[[^]]*\]')"
+[ "${three:-0}" -ge 10 ] || fail "caller_three: ${three:-0} stacks shown, fewer than 10"
+
 # The shared library, in two processes that map it each at an address of its own:
 # td_lib_work counted by caller over both.
 UCALLERS=ucallers-pie
