@@ -82,11 +82,17 @@ impl Built {
         self.dir.join(name).display().to_string()
     }
 
-    /// A workload process, waiting for "go": its pid.
+    /// A workload process, waiting for "go": its pid. It lives 800 ms
+    /// after its calls.
     fn start(&self, n: [u32; 3]) -> (Child, u32) {
+        self.start_holding(n, 800)
+    }
+
+    /// A workload process that lives `hold_ms` after its calls.
+    fn start_holding(&self, n: [u32; 3], hold_ms: u32) -> (Child, u32) {
         let mut child = Command::new(self.dir.join("ucallers"))
             .args(n.map(|v| v.to_string()))
-            .arg("800")
+            .arg(hold_ms.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -265,6 +271,42 @@ fn a_captured_callers_first_calls_have_stacks_whatever_the_other_callers_made() 
     assert!(got >= 10, "caller_three: {got} stacks shown: {sum}");
     assert_eq!(shown(&sum, "caller_one"), 0, "{sum}");
     eprintln!("capture_calls: {}", sum["capture_calls"]);
+    gates_add_up(&sum);
+}
+
+/// A process that exits as soon as its calls are made, a few milliseconds
+/// after its first: its call sites are named, its calls counted under
+/// them, and the captured reason's stacks shown with function names. The
+/// program wakes topdown at each new site, and topdown reads the process's
+/// maps then; at its next tick the process would be gone.
+#[test]
+fn a_process_that_exits_at_once_has_its_calls_named_and_its_stacks_shown() {
+    need_uprobes!();
+    let b = Built::new("exits");
+    let (a, pid) = b.start_holding([100, 200, 300], 0);
+    let folded = b.path("stacks.folded");
+    let pid = pid.to_string();
+    let args = [
+        "-x",
+        &b.path("ucallers"),
+        "td_work",
+        "-p",
+        &pid,
+        "--stack-on",
+        "caller_three",
+        "--folded",
+        &folded,
+    ];
+    let sum = run(&args, vec![a]);
+    assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
+    let got = shown(&sum, "caller_three");
+    assert!(got >= 10, "caller_three: {got} stacks shown: {sum}");
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        text.lines()
+            .all(|l| l.contains("main+") && l.contains(";caller_three+")),
+        "{text}"
+    );
     gates_add_up(&sum);
 }
 

@@ -111,9 +111,16 @@ pub(super) struct Run<'a, 'obj> {
     next_modules: Instant,
     /// Whether a busy uprobe was warned about (once a run).
     busy_warned: bool,
+    /// When a uprobe's new sites were last resolved as the program woke
+    /// this process for them (see `wait`).
+    woken_poll: Option<Instant>,
     /// See Context::background.
     background: bool,
 }
+
+/// The least time between two polls made because a uprobe's program woke
+/// topdown for new call sites (see `Run::wait`).
+const WOKEN_POLL: Duration = Duration::from_millis(10);
 
 /// Calls a second of a user-space function, with no --pid, at which the
 /// traps' cost is worth a warning: at a microsecond or more each, a tenth
@@ -227,6 +234,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             next_refill: start + REFILL,
             next_modules: start + ksyms::CHECK_EVERY,
             busy_warned: false,
+            woken_poll: None,
             background,
         })
     }
@@ -312,9 +320,18 @@ impl<'a, 'obj> Run<'a, 'obj> {
         // New call sites are resolved within a tick whatever the print
         // interval: until then each of their calls takes the pending
         // path, several times the cost of a resolved one. (Ticks poll
-        // anyway.)
+        // anyway.) A uprobe's at once: the program woke this process for
+        // a new site, whose process may be gone by the next tick, and
+        // with it the maps that name the site. At most one such poll
+        // every WOKEN_POLL, so that a storm of new processes costs a
+        // bounded share of a CPU.
         let ticking = self.state.auto() || self.state.target().is_some();
-        if !ticking && self.probe.maps().take_new_sites() {
+        let woken = self.probe.mode() == Mode::Uprobe
+            && self.woken_poll.is_none_or(|t| t.elapsed() >= WOKEN_POLL);
+        if (!ticking || woken) && self.probe.maps().take_new_sites() {
+            if woken {
+                self.woken_poll = Some(Instant::now());
+            }
             self.totals()?;
         }
         Ok(())
