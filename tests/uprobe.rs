@@ -254,24 +254,33 @@ fn shown(sum: &serde_json::Value, reason: &str) -> u64 {
 fn a_captured_callers_first_calls_have_stacks_whatever_the_other_callers_made() {
     need_uprobes!();
     let b = Built::new("untagged");
-    let (a, pid) = b.start([3000, 2000, 1000]);
-    let pid = pid.to_string();
-    let args = [
+    let sum = capture_three(&b, b.start([3000, 2000, 1000]), &[]);
+    assert_eq!(counts(&sum), (want([3000, 2000, 1000]), 6000));
+    assert_eq!(shown(&sum, "caller_one"), 0, "{sum}");
+}
+
+/// Runs topdown on `workload` (a process and its pid) with `--stack-on
+/// caller_three` and `more` flags; checks that caller_three has 10 stacks
+/// shown or more and that each reason's calls at the gate add up; returns
+/// the summary.
+fn capture_three(b: &Built, workload: (Child, u32), more: &[&str]) -> serde_json::Value {
+    let (w, pid) = workload;
+    let (path, pid) = (b.path("ucallers"), pid.to_string());
+    let mut args = vec![
         "-x",
-        &b.path("ucallers"),
+        &path,
         "td_work",
         "-p",
         &pid,
         "--stack-on",
         "caller_three",
     ];
-    let sum = run(&args, vec![a]);
-    assert_eq!(counts(&sum), (want([3000, 2000, 1000]), 6000));
+    args.extend_from_slice(more);
+    let sum = run(&args, vec![w]);
     let got = shown(&sum, "caller_three");
     assert!(got >= 10, "caller_three: {got} stacks shown: {sum}");
-    assert_eq!(shown(&sum, "caller_one"), 0, "{sum}");
-    eprintln!("capture_calls: {}", sum["capture_calls"]);
     gates_add_up(&sum);
+    sum
 }
 
 /// A process that exits as soon as its calls are made, a few milliseconds
@@ -283,31 +292,16 @@ fn a_captured_callers_first_calls_have_stacks_whatever_the_other_callers_made() 
 fn a_process_that_exits_at_once_has_its_calls_named_and_its_stacks_shown() {
     need_uprobes!();
     let b = Built::new("exits");
-    let (a, pid) = b.start_holding([100, 200, 300], 0);
     let folded = b.path("stacks.folded");
-    let pid = pid.to_string();
-    let args = [
-        "-x",
-        &b.path("ucallers"),
-        "td_work",
-        "-p",
-        &pid,
-        "--stack-on",
-        "caller_three",
-        "--folded",
-        &folded,
-    ];
-    let sum = run(&args, vec![a]);
+    let workload = b.start_holding([100, 200, 300], 0);
+    let sum = capture_three(&b, workload, &["--folded", &folded]);
     assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
-    let got = shown(&sum, "caller_three");
-    assert!(got >= 10, "caller_three: {got} stacks shown: {sum}");
     let text = std::fs::read_to_string(&folded).unwrap();
     assert!(
         text.lines()
             .all(|l| l.contains("main+") && l.contains(";caller_three+")),
         "{text}"
     );
-    gates_add_up(&sum);
 }
 
 #[test]
