@@ -200,16 +200,18 @@ enum td_counted {
 
 /*
  * Adds a call to `key`'s count in per-CPU hash `map` (pending, early),
- * inserting the key on its first call; *n: the count on this CPU now.
+ * inserting the key on its first call; *n: the count on this CPU now (0
+ * where the table is full: the call is counted nowhere in it).
  */
 static __always_inline enum td_counted count_in(void *map, void *key, __u64 *n)
 {
 	__u64 one = 1, *p;
 
-	*n = 1;
+	*n = 0;
 	if ((p = bpf_map_lookup_elem(map, key))) {
 		*n = ++*p;
 	} else if (bpf_map_update_elem(map, key, &one, BPF_NOEXIST) == 0) {
+		*n = 1;
 		return TD_COUNT_INSERTED;
 	} else if ((p = bpf_map_lookup_elem(map, key))) {
 		*n = ++*p;	/* lost a race to insert */
