@@ -28,16 +28,17 @@ pub(super) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
 /// allowance to the other sites' first calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Budget {
-    pub(super) reason: u64,
-    pub(super) untagged: u64,
+    /// Stacks a CPU may send a refill, for the reason and for the allowance.
+    pub(super) per_cpu: u64,
+    /// Whether untagged calls have an allowance (a uprobe's).
+    pub(super) untagged: bool,
 }
 
 impl Budget {
     pub(super) fn new(max_rate: u64, cpus: usize, uprobe: bool) -> Budget {
-        let reason = per_cpu_budget(max_rate, cpus);
         Budget {
-            reason,
-            untagged: if uprobe { reason } else { 0 },
+            per_cpu: per_cpu_budget(max_rate, cpus),
+            untagged: uprobe,
         }
     }
 
@@ -48,10 +49,10 @@ impl Budget {
         maps: &crate::bpf::maps::Maps,
         slot: u32,
     ) -> crate::error::Result<()> {
-        maps.refill(slot, self.reason, 0)?;
-        if self.untagged > 0 {
-            let keep = self.untagged / 4;
-            maps.refill(crate::bpf::abi::SLOT_NONE, self.untagged, keep)?;
+        maps.refill(slot, self.per_cpu, 0)?;
+        if self.untagged {
+            let keep = self.per_cpu / 4;
+            maps.refill(crate::bpf::abi::SLOT_NONE, self.per_cpu, keep)?;
         }
         Ok(())
     }
@@ -81,15 +82,15 @@ mod tests {
         assert_eq!(
             Budget::new(1000, 2, false),
             Budget {
-                reason: 500,
-                untagged: 0
+                per_cpu: 500,
+                untagged: false
             }
         );
         assert_eq!(
             Budget::new(1000, 2, true),
             Budget {
-                reason: 500,
-                untagged: 500
+                per_cpu: 500,
+                untagged: true
             }
         );
     }
