@@ -7,12 +7,17 @@
  * blocks once until a writer opens it (one switch, whatever the host's
  * load); another path is polled for without sleeping. Then it
  * calls nanosleep N times for MS milliseconds each and prints
- * "sleeps: n=N".  Each call blocks once: the task leaves the CPU in
- * do_nanosleep (one sched_switch), unless it is preempted elsewhere too.
+ * "sleeps: n=N voluntary=V involuntary=I": the task's context switches
+ * during those calls (getrusage), each one sched_switch.  A call that blocks
+ * leaves the CPU in do_nanosleep, a voluntary switch (again after a spurious
+ * wake-up, which the kernel allows). A preemption is involuntary, in
+ * do_nanosleep or not: 6.12 on arm64 left do_nanosleep's schedule() 41
+ * times for 40 calls, once involuntarily, in about one run in 20.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +26,7 @@ int main(int argc, char **argv)
 {
 	long n, ms, i;
 	struct timespec ts;
+	struct rusage r0, r1;
 
 	if (argc < 3 || (n = atol(argv[1])) <= 0 || (ms = atol(argv[2])) <= 0) {
 		fprintf(stderr, "usage: sleeps N MS [GOFILE]\n");
@@ -39,11 +45,14 @@ int main(int argc, char **argv)
 			while (access(argv[3], F_OK) != 0)
 				;
 	}
+	getrusage(RUSAGE_SELF, &r0);
 	for (i = 0; i < n; i++)
 		if (nanosleep(&ts, NULL)) {
 			perror("nanosleep");
 			return 1;
 		}
-	printf("sleeps: n=%ld\n", n);
+	getrusage(RUSAGE_SELF, &r1);
+	printf("sleeps: n=%ld voluntary=%ld involuntary=%ld\n", n,
+	       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw);
 	return 0;
 }
