@@ -13,9 +13,10 @@
 # cover the readers' calls, and no more is counted; where nothing is missed (6.12,
 # 6.1, 5.10: not preemptible) that is exact. The text summary says why misses happen
 # (a unit test holds that line).
-# Two 8-vCPU guests share the host's two cores in CI: serve's first scrape once took
-# over 60 s there on 5.10 (the whole case takes 26 s in a guest alone). The scrape's
-# time is printed, and its limit is wide.
+# serve's first scrape outlived wget's limit (30 s, then 240 s) in three runs of about
+# twenty on 5.10, with the guest idle meanwhile; the cause is not known. A scrape that
+# takes over 15 s is shown, with where serve's threads wait, and a second one is made
+# (see below).
 # case-timeout: 360
 . "$TD_LIB"
 need_cmd topdown readloop taskset wget
@@ -103,8 +104,27 @@ topdown serve --listen 127.0.0.1:9478 2>"$TD_TMP/serve.err" &
 serve_pid=$!
 wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9478/metrics"
 t0=$(date +%s)
-timeout 240 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9478/metrics ||
-	fail "scrape failed after $(($(date +%s) - t0)) s: $(cat "$TD_TMP/serve.err")"
+timeout 240 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9478/metrics &
+wget_pid=$!
+# A scrape still running after 15 s is shown (where serve's threads and wget wait),
+# and a second one is made: if serve answers that one, the first was kept waiting by
+# something else (CI's 5.10 guest, twice, idle meanwhile: cause not known); if not,
+# serve is stuck and the case fails.
+while kill -0 $wget_pid 2>/dev/null && [ $(($(date +%s) - t0)) -lt 15 ]; do sleep 1; done
+if kill -0 $wget_pid 2>/dev/null; then
+	echo "note: the scrape is still running after 15 s; serve's threads, and wget:"
+	for t in "/proc/$serve_pid/task/"* /proc/[0-9]*; do
+		[ "${t%/*}" != /proc ] || [ "$(cat "$t/comm" 2>/dev/null)" = wget ] || continue
+		echo "  $(cat "$t/comm") $(cut -d' ' -f3,39 "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cut -d' ' -f1 "$t/syscall")"
+		sed 's/^/    /' "$t/stack" 2>/dev/null | head -n 12
+	done
+	echo "  load: $(cat /proc/loadavg)"
+	t1=$(date +%s)
+	timeout 120 wget -q -O "$TD_TMP/metrics2" http://127.0.0.1:9478/metrics ||
+		fail "a second scrape failed too, after $(($(date +%s) - t1)) s: $(cat "$TD_TMP/serve.err")"
+	echo "note: a second scrape took $(($(date +%s) - t1)) s"
+fi
+wait $wget_pid || fail "scrape failed after $(($(date +%s) - t0)) s: $(cat "$TD_TMP/serve.err")"
 echo "the scrape took $(($(date +%s) - t0)) s"
 metric() { grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'; }
 # Nothing ran between show and the scrape: the same counts.
