@@ -86,6 +86,14 @@ echo "ok: --stack-on FAULT: $(wc -l <"$TD_TMP/fault.folded") stacks, $(head -1 "
 run_faults --stack-on KERNEL --folded "$TD_TMP/kernel.folded"
 echo "note: KERNEL stacks: $(cut -c1-300 "$TD_TMP/kernel.folded" 2>/dev/null)"
 
+# switches: SW_V and SW_I, the voluntary and involuntary switches that sleeps (its
+# output in $TD_TMP/w.out) made during its nanosleep calls.
+switches() {
+	SW_V=$(sed -n 's/.* voluntary=\([0-9]*\).*/\1/p' "$TD_TMP/w.out")
+	SW_I=$(sed -n 's/.* involuntary=\([0-9]*\).*/\1/p' "$TD_TMP/w.out")
+	[ "${SW_V:-0}" -gt 0 ] && [ -n "$SW_I" ] || fail "sleeps: $(cat "$TD_TMP/w.out")"
+}
+
 # run_sleeps [TOPDOWN ARGS...]: one topdown run on sched_switch, -p the sleeps
 # process, around "sleeps S MS" (MS: 5 unless set).
 run_sleeps() {
@@ -103,9 +111,7 @@ run_sleeps() {
 	: >"$TD_TMP/go"
 	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
 	td_stop INT
-	SW_V=$(sed -n 's/.* voluntary=\([0-9]*\).*/\1/p' "$TD_TMP/w.out")
-	SW_I=$(sed -n 's/.* involuntary=\([0-9]*\).*/\1/p' "$TD_TMP/w.out")
-	[ "${SW_V:-0}" -gt 0 ] && [ -n "$SW_I" ] || fail "sleeps: $(cat "$TD_TMP/w.out")"
+	switches
 	[ -n "${TD_BASE:-}" ] || expect_eq "sched_switch $*: exit status" "$TD_RC" 0
 	expect_eq "sched_switch $*: caller not found" "$(summary_num caller_not_found)" 0
 	expect_eq "sched_switch $*: deep unwind failed" "$(summary_num deep_unwind_failed)" 0
@@ -149,10 +155,10 @@ if [ -d /sys/fs/bpf ]; then
 	topdown pin t:sched:sched_switch >"$TD_TMP/pin.out" 2>&1 || fail "pin: $(cat "$TD_TMP/pin.out")"
 	grep -q "pinned tracepoint sched_switch with tp_btf" "$TD_TMP/pin.out" || fail "pin: $(cat "$TD_TMP/pin.out")"
 	sleeps $S 5 >"$TD_TMP/w.out" || fail "sleeps failed"
-	v=$(sed -n 's/.* voluntary=\([0-9]*\).*/\1/p' "$TD_TMP/w.out")
+	switches
 	topdown show sched_switch --json >"$TD_TMP/show.json" 2>"$TD_TMP/show.err" || fail "show: $(cat "$TD_TMP/show.err")"
 	n=$(grep -o '{"reason":"NANOSLEEP","count":[0-9]*' "$TD_TMP/show.json" | sed 's/.*://')
-	[ "${n:-0}" -ge "${v:-$S}" ] || fail "show: NANOSLEEP ${n:-0}, want >= ${v:-$S}: $(cut -c1-400 "$TD_TMP/show.json")"
+	[ "${n:-0}" -ge "$SW_V" ] || fail "show: NANOSLEEP ${n:-0}, want >= $SW_V: $(cut -c1-400 "$TD_TMP/show.json")"
 	echo "ok: pinned: show sched_switch: NANOSLEEP = $n"
 	ip link set lo up 2>/dev/null
 	topdown serve --listen 127.0.0.1:9477 2>"$TD_TMP/serve.err" &
