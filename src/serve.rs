@@ -47,9 +47,9 @@ pub(crate) struct Captures {
 
 #[derive(Default)]
 struct Inner {
-    /// Per function, the reason captured now (None: none yet, or the
-    /// function is not watched).
-    active: BTreeMap<String, Option<String>>,
+    /// Per function, the reasons captured now (none yet, or the function
+    /// is not watched: empty).
+    active: BTreeMap<String, Vec<String>>,
     /// Per (function, reason), the stacks captured since serve started,
     /// and its calls at the stack gate (see Gate).
     stacks: BTreeMap<(String, String), u64>,
@@ -64,13 +64,14 @@ impl Captures {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `func`'s capture now targets `reason` (None: it is watched no more).
-    pub(crate) fn switched(&self, func: &str, reason: Option<String>) {
+    /// `func`'s capture now targets `reasons` (empty: none, or it is
+    /// watched no more).
+    pub(crate) fn switched(&self, func: &str, reasons: Vec<String>) {
         let mut g = self.lock();
-        if let Some(r) = &reason {
+        for r in &reasons {
             g.stacks.entry((func.to_string(), r.clone())).or_insert(0);
         }
-        g.active.insert(func.to_string(), reason);
+        g.active.insert(func.to_string(), reasons);
     }
 
     /// Stacks of `func` captured now.
@@ -115,7 +116,7 @@ impl Captures {
             .map(|((f, r), &n)| CaptureSeries {
                 function: f.clone(),
                 reason: r.clone(),
-                active: g.active.get(f).is_some_and(|a| a.as_ref() == Some(r)),
+                active: g.active.get(f).is_some_and(|a| a.contains(r)),
                 stacks: n,
                 gate: g
                     .gates
@@ -514,11 +515,11 @@ mod tests {
                 pid: 3,
             },
         };
-        c.switched("f", Some("ZAP".into()));
+        c.switched("f", vec!["ZAP".into()]);
         c.add("f", vec![got("ZAP")]);
         let w = c.open();
         c.add("f", vec![got("ZAP"), got("ZAP")]);
-        c.switched("f", Some("FAULT".into()));
+        c.switched("f", vec!["FAULT".into()]);
         c.add("f", vec![got("FAULT")]);
         let taken = c.close(w);
         assert_eq!(taken.len(), 2);
@@ -530,7 +531,9 @@ mod tests {
             .map(|s| (s.reason, s.active, s.stacks))
             .collect();
         assert_eq!(s, [("FAULT".into(), true, 2), ("ZAP".into(), false, 3)]);
-        c.switched("f", None);
+        c.switched("f", vec!["FAULT".into(), "ZAP".into()]);
+        assert!(c.series().iter().all(|s| s.active));
+        c.switched("f", Vec::new());
         assert!(c.series().iter().all(|s| !s.active));
         assert!(c.close(w).is_empty());
     }

@@ -53,7 +53,7 @@ const _: () = assert!(NR_SLOTS.is_power_of_two());
 const _: () = assert!(SLOT_NOT_FOUND == 0);
 // Every slot's byte offset fits in the entry's bits from SITE_SHIFT up.
 const _: () = assert!(SLOT_SHIFT == SITE_SHIFT + 3 && NR_SLOTS <= 1 << (64 - SLOT_SHIFT));
-const _: () = assert!(std::mem::offset_of!(types::td_control, reason) == 0);
+const _: () = assert!(std::mem::offset_of!(types::td_control, nr_captured) == 0);
 
 /// The site cache entry for `ret` in `slot`, and its index; None where the
 /// cache cannot hold it (an address with a bit clear above the bits the

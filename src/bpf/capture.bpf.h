@@ -1,42 +1,60 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Tier 2, stack capture: the stack gate (whether a call belongs to the
- * stack reason, by its slot or, for a site not resolved yet, by the
- * reason's caller ranges) and the sample it sends to the ring buffer,
+ * Tier 2, stack capture: the stack gate (whether a call belongs to a
+ * captured reason, by its slot or, for a site not resolved yet, by the
+ * captured reasons' caller ranges) and the sample it sends to the ring buffer,
  * rate-limited; and the background sampler, which takes the first calls'
  * stacks of every reason before any capture. Included by topdown.bpf.c, after caller.bpf.h.
  */
 #ifndef TOPDOWN_CAPTURE_H
 #define TOPDOWN_CAPTURE_H
 
-/* What bpf_loop's body sees of the search for a stack reason's range. */
+/*
+ * Whether reason slot r's stacks are captured (its bit in ctl.captured);
+ * TD_SLOT_NONE never is.
+ */
+static __always_inline bool captured(__u32 r)
+{
+	if (r >= TD_NR_SLOTS)
+		return false;
+	return (*(volatile __u64 *)&ctl.captured[r / 64] >> (r % 64)) & 1;
+}
+
+/* What bpf_loop's body sees of the search for a captured reason's range. */
 struct td_range_walk {
 	__u64 ret;
-	__u32 want;
 	__u32 found;
 };
 
-/* The loop's body (td_loop): range i; 1 (stop) once it holds the call. */
+/*
+ * The loop's body (td_loop): range i; 1 (stop) once it holds the call and
+ * its reason is captured.
+ */
 static __always_inline long range_step(__u32 i, struct td_range_walk *w)
 {
+	__u32 r;
+
 	if (i >= TD_MAX_STACK_RANGES)
 		return 1;
-	if (ctl.ranges[i].reason != w->want ||
-	    !returns_into(w->ret, ctl.ranges[i].lo, ctl.ranges[i].hi))
+	if (!returns_into(w->ret, ctl.ranges[i].lo, ctl.ranges[i].hi))
 		return 0;
-	w->found = 1;
+	r = *(volatile __u32 *)&ctl.ranges[i].reason;
+	if (!captured(r))
+		return 0;
+	w->found = r;
 	return 1;
 }
 
 /*
- * Whether a call from a site not resolved yet belongs to stack reason
- * `want`: it lies in one of that reason's caller ranges. Ranges carry their
- * reason, so ranges being rewritten for another reason never make a call
- * count for `want`.
+ * The captured reason a call from a site not resolved yet belongs to: the
+ * reason of a caller range that holds it, if that reason is captured;
+ * else TD_SLOT_NONE. Ranges carry their reason, and count only while it
+ * is captured, so ranges being rewritten never make a call count for
+ * another reason.
  */
-static __always_inline bool in_stack_ranges(__u64 ret, __u32 want, bool loops)
+static __always_inline __u32 range_reason(__u64 ret, bool loops)
 {
-	struct td_range_walk w = { .ret = ret, .want = want };
+	struct td_range_walk w = { .ret = ret, .found = TD_SLOT_NONE };
 
 	td_loop(loops, *(volatile __u32 *)&ctl.nr_ranges, TD_MAX_STACK_RANGES, range_step, &w);
 	return w.found;
@@ -101,7 +119,7 @@ static __always_inline void stack_inc(struct td_counts *c, struct td_rstack *rs,
 }
 
 /*
- * Sends the stack of this call, of stack reason `want`, to user space;
+ * Sends the stack of this call, of captured reason `want`, to user space;
  * `c` is this CPU's counters; `later`: a uprobe's untagged call past its
  * site's first TD_UNTAGGED_PER_SITE, which leaves the allowance's `keep`.
  * Each call it sees ends as one of sampled out, rate capped, ring buffer
@@ -207,13 +225,15 @@ static __always_inline void background(void *ctx, struct td_counts *c, __u64 ret
 
 /*
  * The stack gate, capture on: whether this call, of slot r (TD_SLOT_NONE:
- * pending), belongs to stack reason `want`, and then its stack; `c` is
- * this CPU's counters. True if it does.
+ * pending), belongs to a captured reason, and then its stack, counted
+ * under that reason; `c` is this CPU's counters. True if it does.
  */
 static __always_inline bool stack_gate(void *ctx, struct td_counts *c, __u64 ret, __u32 r,
-				       __u32 want, bool loops)
+				       bool loops)
 {
-	if (r != want && (r != TD_SLOT_NONE || !in_stack_ranges(ret, want, loops)))
+	__u32 want = r == TD_SLOT_NONE ? range_reason(ret, loops) : r;
+
+	if (!captured(want))
 		return false;
 	sample(ctx, c, ret, want, false);
 	return true;

@@ -18,7 +18,7 @@ const volatile struct td_config cfg = {};
 static const __u32 zero = 0;
 
 /* Changed by user space at run time (mmap'ed .data); see td_control. */
-struct td_control ctl = { .reason = TD_SLOT_NONE };
+struct td_control ctl SEC(".data") = {};
 
 /* See td_watch: 0 but while user space watches the calls. */
 struct td_watch watch;

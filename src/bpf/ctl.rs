@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use libbpf_rs::MapHandle;
 
-use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND};
+use crate::bpf::abi::{self, MAX_STACK_RANGES, SLOT_NOT_FOUND};
 use crate::bpf::skel::types;
 use crate::error::{Error, Result};
 
@@ -120,11 +120,34 @@ impl<T> Drop for Section<T> {
     }
 }
 
-/// Moves stack capture to `slot` with `callers` as its caller ranges, in
-/// the order the BPF side relies on (see td_control in topdown.h): capture
-/// off, no ranges, the ranges, their count, then the new reason. The
-/// reason's cached sites are flagged apart (Maps::capture); calls with no
-/// caller found are sent to the stack gate through td_watch.
+/// A reason whose stacks are captured, and the address ranges of its
+/// caller functions, for calls from sites not resolved yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Captured {
+    pub(crate) slot: u32,
+    pub(crate) callers: Vec<(u64, u64)>,
+}
+
+/// The bits of `set`'s reasons, as td_control.captured holds them.
+fn captured_words(set: &[Captured]) -> [u64; CAPTURED_WORDS] {
+    let mut words = [0u64; CAPTURED_WORDS];
+    for c in set {
+        if let Some(w) = words.get_mut(c.slot as usize / 64) {
+            *w |= 1 << (c.slot % 64);
+        }
+    }
+    words
+}
+
+/// u64s of td_control.captured.
+const CAPTURED_WORDS: usize = abi::NR_SLOTS / 64;
+
+/// Captures the stacks of the reasons in `set` (empty: none), in the order
+/// the BPF side relies on (see td_control in topdown.h): the bits of the
+/// reasons that leave cleared, no ranges, the ranges of every reason in
+/// the set, their count, the new bits, then how many reasons are captured.
+/// The reasons' cached sites are flagged apart (Maps::capture); calls with
+/// no caller found are sent to the stack gate through td_watch.
 ///
 /// # Safety
 /// `ctl` and `watch` must point to the mmap'ed td_control and td_watch of
@@ -132,22 +155,36 @@ impl<T> Drop for Section<T> {
 pub(crate) unsafe fn publish(
     ctl: *mut types::td_control,
     watch: *mut types::td_watch,
-    slot: u32,
-    callers: &[(u64, u64)],
+    set: &[Captured],
 ) {
     use std::ptr::addr_of_mut;
-    u32_at(addr_of_mut!((*ctl).reason)).store(SLOT_NONE, SeqCst);
+    let words = captured_words(set);
+    for (i, &w) in words.iter().enumerate() {
+        u64_at(addr_of_mut!((*ctl).captured[i])).fetch_and(w, SeqCst);
+    }
     u32_at(addr_of_mut!((*ctl).nr_ranges)).store(0, SeqCst);
-    for (i, &(lo, hi)) in callers.iter().take(MAX_STACK_RANGES).enumerate() {
+    let ranges = set
+        .iter()
+        .flat_map(|c| c.callers.iter().map(move |&r| (c.slot, r)));
+    let mut n = 0;
+    for (i, (slot, (lo, hi))) in ranges.take(MAX_STACK_RANGES).enumerate() {
         let r = addr_of_mut!((*ctl).ranges[i]);
         u64_at(addr_of_mut!((*r).lo)).store(lo, SeqCst);
         u64_at(addr_of_mut!((*r).hi)).store(hi, SeqCst);
         u32_at(addr_of_mut!((*r).reason)).store(slot, SeqCst);
+        n = i as u32 + 1;
     }
-    let n = callers.len().min(MAX_STACK_RANGES) as u32;
     u32_at(addr_of_mut!((*ctl).nr_ranges)).store(n, SeqCst);
-    u32_at(addr_of_mut!((*ctl).reason)).store(slot, SeqCst);
-    set_watch(watch, WATCH_STACKS, slot == SLOT_NOT_FOUND);
+    for (i, &w) in words.iter().enumerate() {
+        u64_at(addr_of_mut!((*ctl).captured[i])).store(w, SeqCst);
+    }
+    let count = words.iter().map(|w| w.count_ones()).sum::<u32>();
+    u32_at(addr_of_mut!((*ctl).nr_captured)).store(count, SeqCst);
+    set_watch(
+        watch,
+        WATCH_STACKS,
+        set.iter().any(|c| c.slot == SLOT_NOT_FOUND),
+    );
 }
 
 const WATCH_OWN: usize = types::td_watch_byte::TD_WATCH_OWN.0 as usize;
@@ -167,20 +204,12 @@ unsafe fn set_watch(watch: *mut types::td_watch, byte: usize, on: bool) {
 #[derive(Default)]
 struct Steer {
     tgid: u32,
-    slot: u32,
-    callers: Vec<(u64, u64)>,
+    captures: Vec<Captured>,
 }
 
 impl Steer {
-    fn none() -> Self {
-        Steer {
-            slot: SLOT_NONE,
-            ..Steer::default()
-        }
-    }
-
     fn holds(&self) -> bool {
-        self.tgid != 0 || self.slot != SLOT_NONE
+        self.tgid != 0 || !self.captures.is_empty()
     }
 }
 
@@ -215,7 +244,7 @@ impl Control {
         Ok(Control {
             data: Section::map(data, ".data")?,
             bss: Section::map(bss, ".bss")?,
-            lease: leased.then(|| Mutex::new(Steer::none())),
+            lease: leased.then(|| Mutex::new(Steer::default())),
             shadow: Mutex::new(vec![0; abi::SITE_CACHE]),
             flagged: AtomicBool::new(false),
         })
@@ -311,7 +340,7 @@ impl Control {
         if cell.load(SeqCst) == 0 {
             // The captured reason's sites come in flagged: none of their
             // calls passes the stack gate by.
-            let flag = u64::from(self.capturing() == Some(slot));
+            let flag = u64::from(self.is_captured(slot));
             cell.store(entry ^ flag, SeqCst);
             if flag != 0 {
                 self.flagged.store(true, SeqCst);
@@ -344,17 +373,16 @@ impl Control {
         }
     }
 
-    /// Captures stacks of `slot` from now on (SLOT_NONE: none); `callers`
-    /// are the address ranges of the reason's caller functions, for calls
-    /// from sites not resolved yet.
-    pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        if callers.len() > MAX_STACK_RANGES {
+    /// Captures the stacks of the reasons in `set` from now on (empty:
+    /// none), in place of those captured before.
+    pub(crate) fn capture(&self, set: &[Captured]) -> Result<()> {
+        let ranges: usize = set.iter().map(|c| c.callers.len()).sum();
+        if ranges > MAX_STACK_RANGES {
             return Err(Error::msg(format!(
-                "the stack reason has {} caller ranges, more than the {MAX_STACK_RANGES} supported",
-                callers.len()
+                "the captured reasons have {ranges} caller ranges, more than the {MAX_STACK_RANGES} supported"
             )));
         }
-        self.steer(None, Some((slot, callers)));
+        self.steer(None, Some(set));
         Ok(())
     }
 
@@ -372,10 +400,10 @@ impl Control {
     /// once the BPF side is done (see lease_check): the lease is renewed by
     /// compare-and-swap from the value read, so a taking back that comes
     /// between the two is seen.
-    fn steer(&self, own: Option<u32>, capture: Option<(u32, &[(u64, u64)])>) {
+    fn steer(&self, own: Option<u32>, capture: Option<&[Captured]>) {
         let (ctl, watch) = (self.ctl(), self.watch());
         let leased = self.lease.is_some();
-        let mut fresh = Steer::none();
+        let mut fresh = Steer::default();
         let mut guard = self
             .lease
             .as_ref()
@@ -390,9 +418,8 @@ impl Control {
         if let Some(tgid) = own {
             s.tgid = tgid;
         }
-        if let Some((slot, callers)) = capture {
-            s.slot = slot;
-            s.callers = callers.to_vec();
+        if let Some(set) = capture {
+            s.captures = set.to_vec();
         }
         if leased && s.holds() {
             let until = mono_ns() + LEASE.as_nanos() as u64;
@@ -407,7 +434,7 @@ impl Control {
                 set_watch(watch, WATCH_OWN, s.tgid != 0);
             }
             if lost || capture.is_some() {
-                publish(ctl, watch, s.slot, &s.callers);
+                publish(ctl, watch, &s.captures);
             }
         }
         if leased && !s.holds() {
@@ -435,17 +462,34 @@ impl Control {
         flag.swap(0, SeqCst) != 0
     }
 
-    /// The reason stacks are being captured of, if any.
-    pub(crate) fn capturing(&self) -> Option<u32> {
-        // SAFETY: as in steer.
-        let r = unsafe { u32_at(std::ptr::addr_of_mut!((*self.ctl()).reason)) }.load(SeqCst);
-        (r != SLOT_NONE).then_some(r)
+    /// The reasons whose stacks are being captured, by slot.
+    pub(crate) fn capturing(&self) -> Vec<u32> {
+        (0..CAPTURED_WORDS)
+            .flat_map(|i| {
+                // SAFETY: as in steer; i is below the array's length.
+                let w = unsafe { u64_at(std::ptr::addr_of_mut!((*self.ctl()).captured[i])) }
+                    .load(SeqCst);
+                (0..64)
+                    .filter(move |b| w >> b & 1 != 0)
+                    .map(move |b| (i * 64 + b) as u32)
+            })
+            .collect()
+    }
+
+    /// Whether `slot`'s stacks are being captured.
+    fn is_captured(&self, slot: u32) -> bool {
+        let i = slot as usize / 64;
+        i < CAPTURED_WORDS && {
+            // SAFETY: as in steer; i is below the array's length.
+            let w = unsafe { u64_at(std::ptr::addr_of_mut!((*self.ctl()).captured[i])) };
+            w.load(SeqCst) >> (slot % 64) & 1 != 0
+        }
     }
 
     /// Steers as a pinned instance's reader does: under a lease.
     #[cfg(test)]
     pub(crate) fn take_leases(&mut self) {
-        self.lease = Some(Mutex::new(Steer::none()));
+        self.lease = Some(Mutex::new(Steer::default()));
     }
 
     /// The site cache's cell of `ret` (cached as `slot`) and its entry

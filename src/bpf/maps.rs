@@ -10,7 +10,7 @@ use std::path::Path;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use crate::bpf::abi;
-use crate::bpf::ctl::Control;
+use crate::bpf::ctl::{Captured, Control};
 use crate::bpf::deep::Deep;
 use crate::bpf::percpu::{self, Pending, PerCpu};
 use crate::bpf::skel::{types, TopdownSkel};
@@ -438,14 +438,14 @@ impl Maps {
     }
 
     /// Flags the cached sites (see `Control::flag_sites`) of every reason
-    /// for the background sampler, else of `captured`; once a tick, as
-    /// another reader of a pinned instance may have cleared them.
-    pub(crate) fn flag_sites(&self, captured: Option<u32>, background: bool) {
-        if !background && captured.is_none() {
+    /// for the background sampler, else of the `captured` ones; once a
+    /// tick, as another reader of a pinned instance may have cleared them.
+    pub(crate) fn flag_sites(&self, captured: &[u32], background: bool) {
+        if !background && captured.is_empty() {
             return;
         }
         self.ctl.flag_sites(
-            |slot| background || Some(slot) == captured,
+            |slot| background || captured.contains(&slot),
             |ret| self.site(ret).ok().flatten(),
         );
     }
@@ -605,12 +605,24 @@ impl Maps {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` from now on (see `Control::capture`),
-    /// its cached sites flagged: their calls leave the common path for the
-    /// stack gate, and no other reason's do.
+    /// Captures stacks of `slot` alone from now on (SLOT_NONE: of none);
+    /// `callers` are the address ranges of its caller functions, for
+    /// calls from sites not resolved yet.
     pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        self.ctl.capture(slot, callers)?;
-        self.flag_sites((slot != abi::SLOT_NONE).then_some(slot), false);
+        let set = (slot != abi::SLOT_NONE).then(|| Captured {
+            slot,
+            callers: callers.to_vec(),
+        });
+        self.capture_set(set.as_slice())
+    }
+
+    /// Captures the stacks of the reasons in `set` from now on (see
+    /// `Control::capture`), their cached sites flagged: their calls leave
+    /// the common path for the stack gate, and no other reason's do.
+    pub(crate) fn capture_set(&self, set: &[Captured]) -> Result<()> {
+        self.ctl.capture(set)?;
+        let slots: Vec<u32> = set.iter().map(|c| c.slot).collect();
+        self.flag_sites(&slots, false);
         Ok(())
     }
 
@@ -637,8 +649,8 @@ impl Maps {
         }
     }
 
-    /// The reason stacks are being captured of, if any.
-    pub(crate) fn capturing(&self) -> Option<u32> {
+    /// The reasons whose stacks are being captured, by slot.
+    pub(crate) fn capturing(&self) -> Vec<u32> {
         self.ctl.capturing()
     }
 

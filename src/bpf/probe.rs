@@ -594,7 +594,8 @@ impl<'obj> Probe<'obj> {
             Owner::Pinned { .. } => {
                 let was = self.maps.capturing();
                 self.maps.capture(SLOT_NONE, &[])?;
-                self.maps.refill(was.unwrap_or(SLOT_NONE), 0, 0)
+                was.into_iter()
+                    .try_for_each(|slot| self.maps.refill(slot, 0, 0))
             }
         }
     }
@@ -607,7 +608,9 @@ impl<'obj> Probe<'obj> {
         // is spent and not refilled.
         let was = self.maps.capturing();
         let _ = self.maps.capture(SLOT_NONE, &[]);
-        let _ = self.maps.refill(was.unwrap_or(SLOT_NONE), 0, 0);
+        for slot in was {
+            let _ = self.maps.refill(slot, 0, 0);
+        }
     }
 
     fn skel(&self) -> Option<&TopdownSkel<'obj>> {
@@ -630,11 +633,10 @@ impl<'obj> Probe<'obj> {
         })
     }
 
-    /// Captures stacks of `slot` from now on; `callers` are the address
-    /// ranges of the reason's caller functions, for calls from sites not
-    /// resolved yet.
-    pub(crate) fn stacks_on(&mut self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        self.maps.capture(slot, callers)
+    /// Captures the stacks of the reasons in `set` from now on, in place of
+    /// those captured before (see `Maps::capture_set`).
+    pub(crate) fn stacks_on(&mut self, set: &[crate::bpf::ctl::Captured]) -> Result<()> {
+        self.maps.capture_set(set)
     }
 }
 

@@ -13,7 +13,7 @@ use libbpf_rs::{MapCore, MapHandle, RingBufferBuilder};
 use crate::bpf::abi::{
     self, LoadConfig, StackStat, Stat, MAX_STACK_RANGES, SLOT_NONE, SLOT_NOT_FOUND, SLOT_SITES_FULL,
 };
-use crate::bpf::ctl::{mono_ns, page_size, publish};
+use crate::bpf::ctl::{mono_ns, page_size, publish, Captured};
 use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
 use crate::bpf::percpu::Pending;
 use crate::bpf::probe::selftest;
@@ -261,15 +261,32 @@ fn calls_of_the_awake_topdown_process_are_left_out_and_no_other() {
 }
 
 /// The lease fields as the BPF side sees them: (lease_ns, own_tgid,
-/// reason, watch bytes).
+/// the one captured reason or SLOT_NONE, watch bytes). Captured reasons
+/// whose count and bits disagree read as u32::MAX - 1.
 fn steered(p: &Probe<'_>) -> (u64, u32, u32, [u8; 4]) {
     let (ctl, watch) = p.maps().control_ptr();
     // SAFETY: the object is alive; plain loads of mapped memory.
+    let (n, words) = unsafe {
+        (
+            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).nr_captured)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).captured)),
+        )
+    };
+    let bits: Vec<u32> = (0..words.len() * 64)
+        .filter(|&b| words[b / 64] >> (b % 64) & 1 != 0)
+        .map(|b| b as u32)
+        .collect();
+    let reason = match (n, bits.as_slice()) {
+        (0, []) => SLOT_NONE,
+        (1, [r]) => *r,
+        _ => u32::MAX - 1,
+    };
+    // SAFETY: as above.
     unsafe {
         (
             std::ptr::read_volatile(std::ptr::addr_of!((*ctl).lease_ns)),
             std::ptr::read_volatile(std::ptr::addr_of!((*ctl).own_tgid)),
-            std::ptr::read_volatile(std::ptr::addr_of!((*ctl).reason)),
+            reason,
             std::ptr::read_volatile(std::ptr::addr_of!((*watch).why)),
         )
     }
@@ -358,7 +375,8 @@ fn a_reader_republishes_only_after_the_bpf_side_has_taken_its_lease_back() {
             watch_addr as *mut crate::bpf::skel::types::td_watch,
         );
         unsafe {
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).reason), SLOT_NONE);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).nr_captured), 0);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).captured), [0; 4]);
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).own_tgid), 0);
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*watch).why), [0; 4]);
             std::ptr::write_volatile(std::ptr::addr_of_mut!((*ctl).lease_ns), 0);

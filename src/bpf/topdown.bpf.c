@@ -19,13 +19,13 @@
  * --cpu filters and --verify-caller have a program of their own, the
  * filters first, and only the ones asked for (load-time constants).
  *
- * Tier 2 (on demand): when the reason just counted is the one user space
- * asked stacks of (ctl.reason), the same program sends its kernel (and
+ * Tier 2 (on demand): when the reason just counted is one user space
+ * asked stacks of (ctl.captured), the same program sends its kernel (and
  * optionally user) stack to a ring buffer, rate-limited. The gate costs
  * the common path nothing, and is compiled out entirely when the run can
  * never capture (cfg.stacks false): switching capture on is stores to
- * mapped memory (the reason, and a flag on each of its cached sites, so
- * that its calls alone leave the common path), with nothing to load or
+ * mapped memory (the reasons, and a flag on each of their cached sites, so
+ * that their calls alone leave the common path), with nothing to load or
  * attach.
  *
  * This file holds the programs and the counting path. What they call is in
@@ -146,7 +146,9 @@ static __always_inline void lease_check(bool atomics)
 	} else {
 		*(volatile __u64 *)&ctl.lease_ns = 0;
 	}
-	*(volatile __u32 *)&ctl.reason = TD_SLOT_NONE;
+	*(volatile __u32 *)&ctl.nr_captured = 0;
+	for (int i = 0; i < TD_NR_SLOTS / 64; i++)
+		*(volatile __u64 *)&ctl.captured[i] = 0;
 	*(volatile __u32 *)&ctl.own_tgid = 0;
 	*(volatile __u8 *)&watch.why[TD_WATCH_OWN] = 0;
 	*(volatile __u8 *)&watch.why[TD_WATCH_STACKS] = 0;
@@ -175,7 +177,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 {
 	bool verify_all = verifies_all(path);
 	__u64 quick, ret, flag = 0;
-	__u32 r, want;
+	__u32 r;
 	bool hit;
 
 	if (!c)
@@ -224,14 +226,13 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	/* the stack gate, compiled in if stacks may be captured in this run */
 	if (!cfg.stacks)
 		return;
-	if (*(volatile __u32 *)&ctl.reason != TD_SLOT_NONE)
+	if (*(volatile __u32 *)&ctl.nr_captured) {
 		lease_check(loops);
-	/* Read once: user space may move capture meanwhile. */
-	want = *(volatile __u32 *)&ctl.reason;
-	if (want != TD_SLOT_NONE && stack_gate(ctx, c, ret, r, want, loops))
-		return;
+		if (stack_gate(ctx, c, ret, r, loops))
+			return;
+	}
 	/*
-	 * Not the stack reason's: the background sampler's if the site is
+	 * Not a captured reason's: the background sampler's if the site is
 	 * flagged or not in the cache, not for a watched call of a cached
 	 * site (the bucket is empty, or its flag would be set). A flagged
 	 * site that neither wants (capture moved on, no sampler) is cleared:

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 8,
+	TD_LAYOUT_VERSION = 9,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -105,7 +105,7 @@ enum td_watch_byte {
 	TD_WATCH_STACKS = 1,
 };
 
-/* The stack reason when capture is off; also "site not resolved yet". */
+/* No reason: a site not resolved yet, or no captured reason. */
 enum td_slot_none {
 	TD_SLOT_NONE = 0xffffffffu,
 };
@@ -127,12 +127,12 @@ enum td_stat {
 };
 
 /*
- * What happened to the calls of the stack reason: indices into
+ * What happened to the calls of the captured reasons: indices into
  * td_counts.stack. They sit in the counts value the program has in hand,
  * so counting them costs no map lookup.
  */
 enum td_stack_stat {
-	TD_STACK_MATCHED,	/* calls of the stack reason */
+	TD_STACK_MATCHED,	/* calls of a captured reason */
 	TD_STACK_SAMPLED_OUT,	/* skipped by --sample */
 	TD_STACK_RATE_CAPPED,	/* over the budget */
 	TD_STACK_RINGBUF_FULL,
@@ -150,7 +150,7 @@ enum td_stack_stat {
 struct td_counts {
 	__u64 n[TD_NR_SLOTS];
 	__u64 stack[TD_NR_STACK_STATS];
-	__u64 seen;		/* calls of the stack reason, for --sample */
+	__u64 seen;		/* calls of the captured reasons, for --sample */
 };
 
 /*
@@ -172,10 +172,11 @@ struct td_fresh {
 /*
  * Stacks a CPU may still send for one reason: the budget map has one a
  * reason slot, and one (TD_NR_SLOTS) for a uprobe's calls from sites not
- * resolved yet, sent untagged. User space refills the captured reason's
+ * resolved yet, sent untagged. User space refills the captured reasons'
  * (and that allowance) every second while capturing (the rate cap: no
- * clock read per call), --max-rate split over the CPUs online, so capture
- * also stops by itself within a second if topdown stops refilling.
+ * clock read per call), --max-rate split over the CPUs online and evenly
+ * over the reasons captured at once, so capture also stops by itself
+ * within a second if topdown stops refilling.
  */
 struct td_budget {
 	__u64 left;
@@ -342,7 +343,7 @@ struct td_pids {
 	__u32 tgid[TD_MAX_PIDS];
 };
 
-/* A caller function of the stack reason, tagged with that reason. */
+/* A caller function of a captured reason, tagged with that reason. */
 struct td_range {
 	__u64 lo;
 	__u64 hi;
@@ -351,14 +352,20 @@ struct td_range {
 };
 
 /*
- * What user space changes at run time (mmap'ed .data). To move capture,
- * user space sets reason to TD_SLOT_NONE, publishes nr_ranges = 0, writes
- * the ranges, publishes nr_ranges, and last sets the new reason. The BPF
- * side reads each field once.
+ * What user space changes at run time (mmap'ed .data). Several reasons can
+ * be captured at once: bit r of `captured` is reason slot r's. To change
+ * the set, user space clears the bits of the reasons that leave it,
+ * publishes nr_ranges = 0, writes the ranges of every reason in the new
+ * set, publishes nr_ranges, then sets the new reasons' bits, and last
+ * stores nr_captured. The BPF side reads nr_captured first (0: capture
+ * off, no further read) and each other field once. A range counts only
+ * while its reason's bit is set, so ranges being rewritten never make a
+ * call count for another reason.
  */
 struct td_control {
-	__u32 reason;		/* stack reason, or TD_SLOT_NONE */
+	__u32 nr_captured;	/* reasons whose bit is set; 0: capture off */
 	__u32 nr_ranges;
+	__u64 captured[TD_NR_SLOTS / 64];
 	struct td_range ranges[TD_MAX_STACK_RANGES];
 	/*
 	 * A topdown process's tgid while it is awake (polling, printing,
@@ -382,7 +389,7 @@ struct td_control {
 /*
  * The common path's key into the counter array (mmap'ed .bss), as bytes,
  * each with one writer: TD_WATCH_OWN set while ctl.own_tgid is,
- * TD_WATCH_STACKS while ctl.reason is TD_SLOT_NOT_FOUND (calls with no
+ * TD_WATCH_STACKS while TD_SLOT_NOT_FOUND is captured (calls with no
  * caller found match the cache's empty entries). Any byte set makes the
  * key an index past the array's end: the lookup fails, and the call takes
  * the slow path, which checks the process and runs the stack gate. So the

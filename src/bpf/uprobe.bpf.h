@@ -79,7 +79,7 @@ int BPF_KPROBE(td_uprobe)
 {
 	struct td_ukey k = {};
 	struct td_counts *c;
-	__u32 *slot, r, want;
+	__u32 *slot, r, on;
 	__u64 n = 0;
 
 	if (!wanted(TD_PATH_ANY))
@@ -106,15 +106,15 @@ int BPF_KPROBE(td_uprobe)
 		return 0;
 	if (n == 1)
 		wake_reader();
-	want = *(volatile __u32 *)&ctl.reason;
-	if (want != TD_SLOT_NONE && r == want)
-		sample(ctx, c, k.ret, want, false);
-	else if (want != TD_SLOT_NONE && r == TD_SLOT_NONE)
+	on = *(volatile __u32 *)&ctl.nr_captured;
+	if (on && captured(r))
+		sample(ctx, c, k.ret, r, false);
+	else if (on && r == TD_SLOT_NONE)
 		/*
 		 * A site not resolved yet (a burst of calls can be over before
 		 * user space sees it): sent untagged, from an allowance apart
-		 * from the reason's budget, and kept by user space if the
-		 * caller it symbolizes is the stack reason's. A site's calls
+		 * from the reasons' budgets, and kept by user space if the
+		 * caller it symbolizes is a captured reason's. A site's calls
 		 * past its first on this CPU leave part of the allowance to
 		 * the other sites' first calls.
 		 */

@@ -313,7 +313,7 @@ pub(super) fn snapshots(
         // are left out: one was killed. Either sends every call down the
         // counting program's slow path.
         if let Ok(_lock) = pin::Lock::try_take(func)? {
-            if inst.probe.maps().capturing().is_some() {
+            if !inst.probe.maps().capturing().is_empty() {
                 inst.probe.maps().capture(SLOT_NONE, &[])?;
             }
             inst.probe.maps().own(0);

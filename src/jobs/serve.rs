@@ -126,7 +126,7 @@ impl Watching<'_> {
                     "unpinned"
                 };
                 eprintln!("topdown: {}: {what}: its stack capture stops", w.func());
-                captures.switched(w.func(), None);
+                captures.switched(w.func(), Vec::new());
             }
             kept
         });
@@ -142,7 +142,7 @@ impl Watching<'_> {
                         self.cap.trigger.threshold
                     );
                     self.said.remove(func);
-                    captures.switched(func, None);
+                    captures.switched(func, Vec::new());
                     self.watches.push(w);
                     continue;
                 }
@@ -163,10 +163,12 @@ impl Watching<'_> {
     fn step(&mut self, ksyms: &Kallsyms) {
         let captures = self.captures;
         self.watches.retain_mut(|w| match w.step(ksyms) {
-            Ok((got, line)) => {
-                if let Some(line) = line {
+            Ok((got, said)) => {
+                for line in &said {
                     eprintln!("topdown: {line}");
-                    captures.switched(w.func(), w.target());
+                }
+                if !said.is_empty() {
+                    captures.switched(w.func(), w.targets());
                 }
                 captures.add(w.func(), got);
                 if let Some(gates) = w.take_gates() {
@@ -176,7 +178,7 @@ impl Watching<'_> {
             }
             Err(e) => {
                 eprintln!("topdown: {}: stack capture stops: {e}", w.func());
-                captures.switched(w.func(), None);
+                captures.switched(w.func(), Vec::new());
                 false
             }
         });

@@ -167,9 +167,9 @@ pub(crate) struct IntervalReport {
     pub(crate) unix_time: f64,
     pub(crate) clock: String,
     pub(crate) calls: Distribution,
-    /// The reason whose stacks are being captured, and the interval's
-    /// stacks of it.
-    pub(crate) stacks: Option<ReasonStacks>,
+    /// The reasons whose stacks are being captured, oldest first, and the
+    /// interval's stacks of each.
+    pub(crate) stacks: Vec<ReasonStacks>,
     /// With --baseline: the interval's reasons against the baseline's.
     pub(crate) compare: Option<Vec<Change>>,
     /// The interval's drops.

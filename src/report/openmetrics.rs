@@ -17,7 +17,7 @@
 //!   be read in this scrape (`topdown serve` logs why); the others are
 //!   served all the same;
 //! - with `serve --capture`, `topdown_capture_active{function,reason}`: 1
-//!   for the reason whose stacks are captured now, 0 for those captured
+//!   for each reason whose stacks are captured now, 0 for those captured
 //!   before; `topdown_stacks_total{function,reason}`: stacks captured
 //!   since serve started; and the calls of each reason captured since,
 //!   `topdown_capture_calls_total{function,reason}`, as the sum over

@@ -70,7 +70,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize, fit: Fit) -> String {
         _ if !d.rows.is_empty() => table(&mut s, d, "COUNT", fit),
         _ => {}
     }
-    if let Some(st) = iv.stacks.as_ref().filter(|st| st.total() > 0) {
+    for st in iv.stacks.iter().filter(|st| st.total() > 0) {
         s.push_str(&stacks(st, top));
     }
     s
@@ -400,7 +400,7 @@ mod tests {
             unix_time: 1.5,
             clock: "12:00:00".into(),
             calls,
-            stacks: None,
+            stacks: Vec::new(),
             compare: None,
             drops: Drops::default(),
         }
@@ -488,16 +488,16 @@ mod tests {
     #[test]
     fn interval_stacks_show_only_when_captured() {
         let mut iv = report(sample_calls());
-        iv.stacks = Some(stacks_of("ZAP", &[]));
+        iv.stacks = vec![stacks_of("ZAP", &[])];
         assert!(!interval(&iv, 5, Fit::ALL).contains("top stacks"));
-        iv.stacks = Some(stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)]));
+        iv.stacks = vec![stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)])];
         let t = interval(&iv, 1, Fit::ALL);
         assert!(t.contains(
             "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
         ));
         assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
         // Stacks from the background sampler are said to be.
-        let st = iv.stacks.as_mut().unwrap();
+        let st = &mut iv.stacks[0];
         (st.captured, st.background) = (1, 2);
         assert!(interval(&iv, 1, Fit::ALL).contains(
             "  top stacks of ZAP (1 captured, 2 more from before the trigger):\n    2 (66.7%)"

@@ -29,8 +29,7 @@ use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{End, State};
 use super::timing::{unix_now, Budget, REFILL, TICK};
-use super::trigger::announcement;
-use super::trigger::{Decision, Trigger};
+use super::trigger::{announcements, Trigger};
 
 /// How the loop reports and when it captures stacks.
 #[derive(Debug, Clone)]
@@ -203,9 +202,9 @@ impl<'a, 'obj> Run<'a, 'obj> {
         );
         if let Some(slot) = stack_on {
             // The budget first: a call between the two would find none.
-            budget.refill(probe.maps(), slot)?;
-            stacks.switch_on(&mut probe, ksyms.get(), mapper, slot)?;
-            state.capturing(slot, 0.0, mono_ns(), &base);
+            budget.refill(probe.maps(), &[slot], 1)?;
+            stacks.capture(&mut probe, ksyms.get(), mapper, &[slot])?;
+            state.start_span(slot, 0.0, mono_ns(), &base);
             eprintln!("topdown: capturing stacks of {}", mapper.reasons.name(slot));
         }
         Ok(Run {
@@ -270,8 +269,10 @@ impl<'a, 'obj> Run<'a, 'obj> {
             if now >= self.next_tick {
                 self.tick(now, &cur)?;
             }
-            if let Some(t) = self.state.target().filter(|_| now >= self.next_refill) {
-                self.budget.refill(self.probe.maps(), t)?;
+            if self.state.capturing() && now >= self.next_refill {
+                let targets = self.state.targets();
+                self.budget
+                    .refill(self.probe.maps(), &targets, targets.len())?;
                 self.next_refill = now + REFILL;
             }
             let ended = self.end.is_some_and(|e| now >= e);
@@ -291,10 +292,10 @@ impl<'a, 'obj> Run<'a, 'obj> {
     /// and refill.
     fn deadline(&self) -> Instant {
         let mut deadline = self.end.map_or(self.next_print, |e| e.min(self.next_print));
-        if self.state.auto() || self.state.target().is_some() {
+        if self.state.auto() || self.state.capturing() {
             deadline = deadline.min(self.next_tick);
         }
-        if self.state.target().is_some() {
+        if self.state.capturing() {
             deadline = deadline.min(self.next_refill);
         }
         deadline
@@ -325,7 +326,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         // with it the maps that name the site. At most one such poll
         // every WOKEN_POLL, so that a storm of new processes costs a
         // bounded share of a CPU.
-        let ticking = self.state.auto() || self.state.target().is_some();
+        let ticking = self.state.auto() || self.state.capturing();
         let woken = self.probe.mode() == Mode::Uprobe
             && self.woken_poll.is_none_or(|t| t.elapsed() >= WOKEN_POLL);
         if (!ticking || woken) && self.probe.maps().take_new_sites() {
@@ -390,21 +391,21 @@ impl<'a, 'obj> Run<'a, 'obj> {
         Ok(!forgotten.is_empty())
     }
 
-    /// Runs the trigger on the counts `cur`, moving capture where it
-    /// decides.
+    /// Runs the trigger on the counts `cur`, starting and ending capture
+    /// where it decides.
     fn tick(&mut self, now: Instant, cur: &[u64]) -> Result<()> {
         let secs = (now - self.start).as_secs_f64();
         let ns = mono_ns();
-        let decision = self
-            .state
-            .auto()
-            .then(|| self.state.tick(secs, ns, cur))
-            .flatten();
+        let changes = if self.state.auto() {
+            self.state.tick(secs, ns, cur)
+        } else {
+            Vec::new()
+        };
         // The site cache's flags, set again: the sampler clears its own,
         // and another reader of a pinned instance may have cleared all.
         self.probe
             .maps()
-            .flag_sites(self.probe.maps().capturing(), self.background);
+            .flag_sites(&self.probe.maps().capturing(), self.background);
         if self.background {
             let shown = self.stacks.background_tick(
                 self.probe.maps(),
@@ -416,12 +417,24 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 self.state.add_stack(reason, stack, process, ts, true);
             }
         }
-        if let Some(d) = decision {
-            announce(&d, &self.mapper.reasons, self.state.threshold());
-            let to = d.switch.to();
-            self.budget.refill(self.probe.maps(), to)?;
+        if !changes.is_empty() {
+            let targets = self.state.targets();
+            for line in announcements(
+                &changes,
+                &targets,
+                &self.mapper.reasons,
+                self.state.threshold(),
+            ) {
+                eprintln!("topdown: {line}");
+            }
+            // The new reasons' budgets first: a call between the two would
+            // find none. The others keep what is left of theirs until the
+            // next refill, which gives each its share.
+            let started: Vec<u32> = changes.iter().filter(|c| c.start).map(|c| c.slot).collect();
+            self.budget
+                .refill(self.probe.maps(), &started, targets.len())?;
             self.stacks
-                .switch_on(&mut self.probe, self.ksyms.get(), self.mapper, to)?;
+                .capture(&mut self.probe, self.ksyms.get(), self.mapper, &targets)?;
             self.next_refill = now + REFILL;
         }
         while self.next_tick <= now {
@@ -576,11 +589,6 @@ fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
         eprintln!("topdown: pid {} ({}) exited{left}", p.pid, p.comm);
     }
     Ok(())
-}
-
-/// The notice of a switch of capture, on stderr.
-fn announce(d: &Decision, reasons: &crate::reasons::Reasons, threshold: f64) {
-    eprintln!("topdown: {}", announcement(d, reasons, threshold));
 }
 
 fn emit(out: &mut dyn Write, text: &str) -> Result<()> {

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::bpf::abi::{ENTRY_WINDOW, SLOT_NONE};
+use crate::bpf::abi::{ENTRY_WINDOW, MAX_STACK_RANGES, SLOT_NONE};
+use crate::bpf::ctl::Captured;
 use crate::bpf::maps::Maps;
 use crate::bpf::probe::Probe;
 use crate::error::Result;
@@ -35,21 +36,38 @@ pub(super) struct Stacks {
 }
 
 impl Stacks {
-    /// Points the kernel side's capture at `slot` and its caller ranges
-    /// (for call sites not resolved yet): a store to mapped memory.
-    pub(super) fn switch_on(
+    /// Points the kernel side's capture at the reasons `slots` (oldest
+    /// first) and their caller ranges (for call sites not resolved yet):
+    /// stores to mapped memory. Where the ranges do not all fit, the
+    /// newest reasons' come first.
+    pub(super) fn capture(
         &mut self,
         probe: &mut Probe<'_>,
         ksyms: &Kallsyms,
         mapper: &Mapper,
-        slot: u32,
+        slots: &[u32],
     ) -> Result<()> {
-        let ranges: Vec<(u64, u64)> = mapper
-            .callers_of(slot)
-            .into_iter()
-            .flat_map(|c| ksyms.function(c).map(|s| (s.addr, s.end)))
+        let mut room = MAX_STACK_RANGES;
+        let mut set: Vec<Captured> = slots
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(i, &slot)| {
+                let mut callers: Vec<(u64, u64)> = mapper
+                    .callers_of(slot)
+                    .into_iter()
+                    .flat_map(|c| ksyms.function(c).map(|s| (s.addr, s.end)))
+                    .collect();
+                // The newest reason's all: too many are refused as before.
+                if i > 0 {
+                    callers.truncate(room);
+                }
+                room = room.saturating_sub(callers.len());
+                Captured { slot, callers }
+            })
             .collect();
-        probe.stacks_on(slot, &ranges)
+        set.reverse();
+        probe.stacks_on(&set)
     }
 
     /// Waits up to `timeout` for samples (`absorb` takes them).
@@ -64,8 +82,8 @@ impl Stacks {
     }
 
     pub(super) fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
-        let target = state.target();
-        let (captured, background) = self.take(ksyms, mapper, target);
+        let targets = state.targets();
+        let (captured, background) = self.take(ksyms, mapper, &targets);
         for (reason, stack, process, ts) in captured {
             state.add_stack(reason, stack, process, ts, false);
         }
@@ -76,13 +94,13 @@ impl Stacks {
 
     /// The samples delivered so far, symbolized: (reason slot, stack,
     /// process, kernel time), the capture's and the background sampler's
-    /// of `target`, the reason captured now. The background sampler's of
+    /// of `targets`, the reasons captured now. The background sampler's of
     /// other reasons are kept, not returned (see `publish`).
     pub(super) fn take(
         &mut self,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
-        target: Option<u32>,
+        targets: &[u32],
     ) -> (Vec<Taken>, Vec<Taken>) {
         let Some(c) = &self.capture else {
             return (Vec::new(), Vec::new());
@@ -101,28 +119,28 @@ impl Stacks {
                 let name = self.symbols.user_caller(s.pid, s.caller);
                 s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
                 // Shown below, and counted apart from the reason's own.
-                if !s.background && Some(s.reason) == target {
+                if !s.background && targets.contains(&s.reason) {
                     *self.untagged_shown.entry(s.reason).or_default() += 1;
                 }
             }
         }
         let (background, captured): (Vec<_>, Vec<_>) =
             samples.into_iter().partition(|s| s.background);
-        // The captured reason's are shown now (a uprobe's calls from sites
+        // The captured reasons' are shown now (a uprobe's calls from sites
         // not resolved yet, named above); the others kept.
         let mut now = Vec::new();
         for s in background {
-            if Some(s.reason) == target {
+            if targets.contains(&s.reason) {
                 now.push(s);
             } else {
                 self.kept.keep(s);
             }
         }
-        // A uprobe's untagged calls are kept if their caller is the reason
+        // A uprobe's untagged calls are kept if their caller is a reason
         // being captured.
         let captured = captured
             .into_iter()
-            .filter(|s| !self.user_target || Some(s.reason) == target)
+            .filter(|s| !self.user_target || targets.contains(&s.reason))
             .collect();
         (self.symbolize(ksyms, captured), self.symbolize(ksyms, now))
     }

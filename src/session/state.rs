@@ -17,7 +17,7 @@ use crate::report::{
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
-use crate::session::trigger::{Decision, Trigger};
+use crate::session::trigger::{Change, Trigger};
 
 /// How the run ended, as read from the kernel side after detaching.
 #[derive(Debug, Clone)]
@@ -151,9 +151,14 @@ impl State {
         self.trigger.threshold()
     }
 
-    /// The reason being captured, if any.
-    pub(crate) fn target(&self) -> Option<u32> {
-        self.trigger.target()
+    /// The reasons being captured, oldest first.
+    pub(crate) fn targets(&self) -> Vec<u32> {
+        self.trigger.targets()
+    }
+
+    /// Whether any reason is being captured.
+    pub(crate) fn capturing(&self) -> bool {
+        self.trigger.capturing()
     }
 
     /// The reasons that burst on the last tick (see Trigger::bursting).
@@ -167,12 +172,8 @@ impl State {
     }
 
     /// Capture of `slot` starts at `now` (seconds since start; `mono_ns` on
-    /// the kernel's clock) with cumulative `totals`; the stretch before it
-    /// ends.
-    pub(crate) fn capturing(&mut self, slot: u32, now: f64, mono_ns: u64, totals: &[u64]) {
-        if let Some(open) = self.spans.last_mut().filter(|s| s.end.is_none()) {
-            open.end = Some((now, count_of(totals, open.slot)));
-        }
+    /// the kernel's clock) with cumulative `totals`.
+    pub(crate) fn start_span(&mut self, slot: u32, now: f64, mono_ns: u64, totals: &[u64]) {
         self.spans.push(Span {
             slot,
             start: now,
@@ -184,12 +185,30 @@ impl State {
         });
     }
 
-    /// A tick at `now` with cumulative `totals`: the switch of capture it
-    /// calls for, already recorded as started.
-    pub(crate) fn tick(&mut self, now: f64, mono_ns: u64, totals: &[u64]) -> Option<Decision> {
-        let d = self.trigger.observe(now, totals)?;
-        self.capturing(d.switch.to(), now, mono_ns, totals);
-        Some(d)
+    /// Capture of `slot` ends at `now` with cumulative `totals`.
+    fn end_span(&mut self, slot: u32, now: f64, totals: &[u64]) {
+        let open = self
+            .spans
+            .iter_mut()
+            .rev()
+            .find(|s| s.slot == slot && s.end.is_none());
+        if let Some(open) = open {
+            open.end = Some((now, count_of(totals, slot)));
+        }
+    }
+
+    /// A tick at `now` with cumulative `totals`: the changes of capture it
+    /// calls for, already recorded.
+    pub(crate) fn tick(&mut self, now: f64, mono_ns: u64, totals: &[u64]) -> Vec<Change> {
+        let changes = self.trigger.observe(now, totals);
+        for c in &changes {
+            if c.start {
+                self.start_span(c.slot, now, mono_ns, totals);
+            } else {
+                self.end_span(c.slot, now, totals);
+            }
+        }
+        changes
     }
 
     /// A stack of `reason`, taken at `ts_ns`; `background`: by the
@@ -238,18 +257,22 @@ impl State {
         self.prev_stats = stats;
         self.prev_prog = prog;
         self.prev = totals;
-        let stacks = self.target().map(|t| {
-            let tally = self.tallies.entry(t).or_default();
-            let background = tally.background.0;
-            let (total, stacks, processes) = tally.end_interval();
-            ReasonStacks {
-                reason: reasons.name(t).to_string(),
-                captured: total - background,
-                background,
-                stacks,
-                processes,
-            }
-        });
+        let stacks = self
+            .targets()
+            .into_iter()
+            .map(|t| {
+                let tally = self.tallies.entry(t).or_default();
+                let background = tally.background.0;
+                let (total, stacks, processes) = tally.end_interval();
+                ReasonStacks {
+                    reason: reasons.name(t).to_string(),
+                    captured: total - background,
+                    background,
+                    stacks,
+                    processes,
+                }
+            })
+            .collect();
         IntervalReport {
             unix_time,
             clock,
@@ -308,8 +331,8 @@ impl State {
         let since = |slot: u32| count_of(end.totals, slot).wrapping_sub(count_of(&self.base, slot));
         let st = &end.stats;
         // Every reason captured, in the order capture first reached it, the
-        // current one last; before them, those with background stacks only
-        // (they qualified while capture was held elsewhere), by slot.
+        // current ones last; before them, those with background stacks only
+        // (they burst, but were not captured), by slot.
         let mut order: Vec<u32> = self
             .tallies
             .keys()
@@ -322,7 +345,7 @@ impl State {
                 order.push(s.slot);
             }
         }
-        if let Some(t) = self.target() {
+        for t in self.targets() {
             order.retain(|&s| s != t);
             order.push(t);
         }
@@ -361,7 +384,7 @@ impl State {
         Summary {
             func: end.func.to_string(),
             mode: end.mode,
-            phase: if self.target().is_some() {
+            phase: if self.capturing() {
                 Phase::StackCapture
             } else {
                 Phase::Counting
@@ -401,7 +424,15 @@ impl State {
 mod tests {
     use super::*;
     use crate::bpf::abi::NR_SLOTS;
-    use crate::session::trigger::{Switch, TriggerConfig};
+    use crate::session::trigger::TriggerConfig;
+
+    /// A tick's changes, as (slot, started).
+    fn ticked(s: &mut State, now: f64, ns: u64, t: &[u64]) -> Vec<(u32, bool)> {
+        s.tick(now, ns, t)
+            .iter()
+            .map(|c| (c.slot, c.start))
+            .collect()
+    }
 
     fn reasons() -> Reasons {
         let mut r = Reasons::new(8);
@@ -491,24 +522,23 @@ mod tests {
             ProgStats::default(),
         );
         assert!(s.auto());
-        assert!(s.tick(1.0, 1_000, &totals(0, 50, 50)).is_none());
+        assert!(s.tick(1.0, 1_000, &totals(0, 50, 50)).is_empty());
         let iv = s.interval(totals(0, 50, 50), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.calls.total, 100);
-        assert_eq!(iv.stacks, None);
-        assert!(s.tick(2.0, 2_000, &totals(0, 50, 50)).is_none());
+        assert_eq!(iv.stacks, []);
+        assert!(s.tick(2.0, 2_000, &totals(0, 50, 50)).is_empty());
         // A tick 0.1 s later: ZAP alone in the last second.
-        let d = s.tick(2.1, 2_100, &totals(0, 50, 95)).unwrap();
-        assert_eq!(d.switch, Switch::Start(3));
-        assert_eq!(s.target(), Some(3));
+        assert_eq!(ticked(&mut s, 2.1, 2_100, &totals(0, 50, 95)), [(3, true)]);
+        assert_eq!(s.targets(), [3]);
         s.add_stack(3, stack("zap"), thp(), 1_150, false);
         s.add_stack(3, stack("zap"), thp(), 1_160, false);
         let iv = s.interval(totals(0, 55, 150), counters(0), 1.0, &r, (0.0, "c".into()));
         assert_eq!(iv.calls.total, 105);
-        let st = iv.stacks.unwrap();
+        let st = &iv.stacks[0];
         assert_eq!((st.reason.as_str(), st.captured), ("ZAP", 2));
         // The next interval starts with no stacks.
         let iv = s.interval(totals(0, 55, 150), counters(0), 1.0, &r, (0.0, "c".into()));
-        assert_eq!(iv.stacks.unwrap().captured, 0);
+        assert_eq!(iv.stacks[0].captured, 0);
         assert_eq!(iv.drops, Drops::default());
         // Drops are the interval's: deltas of the counters.
         let iv = s.interval(totals(3, 55, 150), counters(7), 1.0, &r, (0.0, "c".into()));
@@ -531,10 +561,7 @@ mod tests {
             Stats::default(),
             ProgStats::default(),
         );
-        assert_eq!(
-            s.tick(0.5, 500, &totals(0, 100, 0)).unwrap().switch,
-            Switch::Start(2)
-        );
+        assert_eq!(ticked(&mut s, 0.5, 500, &totals(0, 100, 0)), [(2, true)]);
         s
     }
 
@@ -543,9 +570,11 @@ mod tests {
         let r = reasons();
         let mut s = fault_captured();
         s.add_stack(2, stack("fault"), thp(), 520, false);
-        assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_none());
-        let d = s.tick(2.0, 2_000, &totals(0, 120, 400)).unwrap();
-        assert_eq!(d.switch, Switch::Move { from: 2, to: 3 });
+        assert!(s.tick(1.0, 1_000, &totals(0, 120, 0)).is_empty());
+        assert_eq!(
+            ticked(&mut s, 2.0, 2_000, &totals(0, 120, 400)),
+            [(2, false), (3, true)]
+        );
         s.add_stack(3, stack("zap"), thp(), 2_040, false);
         let t = totals(4, 130, 500);
         let stats = Stats::with(
@@ -606,7 +635,7 @@ mod tests {
         // stacks only.
         s.add_stack(3, stack("zap"), thp(), 600, true);
         let iv = s.interval(totals(0, 100, 0), counters(0), 1.0, &r, (0.0, "c".into()));
-        let st = iv.stacks.unwrap();
+        let st = &iv.stacks[0];
         assert_eq!(
             (st.reason.as_str(), st.captured, st.background),
             ("FAULT", 1, 1)
@@ -634,7 +663,7 @@ mod tests {
             ProgStats::default(),
         );
         assert!(!s.auto());
-        assert!(s.tick(1.0, 0, &totals(0, 100, 0)).is_none());
+        assert!(s.tick(1.0, 0, &totals(0, 100, 0)).is_empty());
         let t = totals(0, 1, 0);
         let mut e = end(&t, Stats::with(&[(Stat::TD_STAT_VERIFY_CHECKED, 1)], &[]));
         e.verify_caller = true;
@@ -748,9 +777,9 @@ mod tests {
             Stats::default(),
             ProgStats::default(),
         );
-        s.capturing(2, 0.0, 7, &totals(0, 0, 0));
+        s.start_span(2, 0.0, 7, &totals(0, 0, 0));
         // Pinned: a hot ZAP moves nothing.
-        assert!(s.tick(1.0, 0, &totals(0, 0, 500)).is_none());
+        assert!(s.tick(1.0, 0, &totals(0, 0, 500)).is_empty());
         let t = totals(0, 10, 500);
         let sum = s.finish(&end(&t, Stats::default()), &r);
         assert_eq!(sum.captures.len(), 1);

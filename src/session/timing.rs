@@ -20,15 +20,16 @@ pub(super) fn per_cpu_budget(max_rate: u64, cpus: usize) -> u64 {
     max_rate.div_ceil(cpus.max(1) as u64).max(1)
 }
 
-/// The stack budgets a refill gives each CPU: the captured reason's and,
-/// for a uprobe, the allowance of its calls from sites not resolved yet
-/// (sent untagged: no one can tell whose they are before user space names
-/// the site), as large and apart, so the untagged calls never spend the
-/// reason's own. A site's calls past its first few leave a quarter of the
+/// The stack budgets a refill gives each CPU: each captured reason's, an
+/// even share of one budget and, for a uprobe, the allowance of its calls
+/// from sites not resolved yet (sent untagged: no one can tell whose they
+/// are before user space names the site), as large as the whole budget and
+/// apart, so the untagged calls never spend the reasons' own. A site's calls past its first few leave a quarter of the
 /// allowance to the other sites' first calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Budget {
-    /// Stacks a CPU may send a refill, for the reason and for the allowance.
+    /// Stacks a CPU may send a refill, for the reasons together and for
+    /// the allowance.
     pub(super) per_cpu: u64,
     /// Whether untagged calls have an allowance (a uprobe's).
     pub(super) untagged: bool,
@@ -42,14 +43,25 @@ impl Budget {
         }
     }
 
-    /// Refills the budget of reason `slot` (and the untagged calls'
+    /// Each of `n` reasons captured at once gets this share of a CPU's
+    /// budget: one budget, shared evenly. Rounded up, and at least 1.
+    pub(super) fn share(&self, n: usize) -> u64 {
+        self.per_cpu.div_ceil(n.max(1) as u64).max(1)
+    }
+
+    /// Refills the budgets of the captured reasons `slots`, each an even
+    /// share of `among` reasons captured at once (and the untagged calls'
     /// allowance, for a uprobe).
     pub(super) fn refill(
         &self,
         maps: &crate::bpf::maps::Maps,
-        slot: u32,
+        slots: &[u32],
+        among: usize,
     ) -> crate::error::Result<()> {
-        maps.refill(slot, self.per_cpu, 0)?;
+        let share = self.share(among);
+        for &slot in slots {
+            maps.refill(slot, share, 0)?;
+        }
         if self.untagged {
             let keep = self.per_cpu / 4;
             maps.refill(crate::bpf::abi::SLOT_NONE, self.per_cpu, keep)?;
@@ -75,6 +87,16 @@ mod tests {
         assert_eq!(per_cpu_budget(1001, 2), 501);
         assert_eq!(per_cpu_budget(1, 64), 1);
         assert_eq!(per_cpu_budget(10, 0), 10);
+    }
+
+    #[test]
+    fn reasons_captured_at_once_share_the_budget_evenly() {
+        let b = Budget::new(1000, 2, false);
+        assert_eq!(b.share(1), 500);
+        assert_eq!(b.share(2), 250);
+        assert_eq!(b.share(3), 167);
+        assert_eq!(b.share(0), 500);
+        assert_eq!(Budget::new(1, 2, false).share(4), 1);
     }
 
     #[test]

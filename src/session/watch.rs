@@ -25,7 +25,7 @@ use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{gate, since_gates};
 use super::timing::{Budget, REFILL, TICK};
-use super::trigger::announcement;
+use super::trigger::announcements;
 use super::trigger::{Trigger, TriggerConfig};
 
 /// A stack captured by a watch.
@@ -129,11 +129,13 @@ impl Watch {
         self.instance
     }
 
-    /// The reason captured now, if any.
-    pub(crate) fn target(&self) -> Option<String> {
+    /// The reasons captured now, oldest first.
+    pub(crate) fn targets(&self) -> Vec<String> {
         self.trigger
-            .target()
+            .targets()
+            .into_iter()
             .map(|s| self.mapper.reasons.name(s).to_string())
+            .collect()
     }
 
     /// The gate counts of the reasons captured since the watch began, if
@@ -178,10 +180,10 @@ impl Watch {
     }
 
     /// One step: the stacks delivered since the last, then, if a tick is
-    /// due, the counters and the trigger's decision (with the line that
-    /// announces a switch), and the budget refilled each second while
+    /// due, the counters and the trigger's decision (with the lines that
+    /// announce its changes), and the budgets refilled each second while
     /// capturing.
-    pub(crate) fn step(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Option<String>)> {
+    pub(crate) fn step(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Vec<String>)> {
         // serve's own calls are left out while it works, as a live run's
         // are; each change renews this reader's lease on the state it set.
         self.probe.maps().own(std::process::id());
@@ -190,18 +192,18 @@ impl Watch {
         stepped
     }
 
-    fn step_owned(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Option<String>)> {
+    fn step_owned(&mut self, ksyms: &Kallsyms) -> Result<(Vec<Captured>, Vec<String>)> {
         if let Some(c) = &self.stacks.capture {
             c.drain()?;
         }
-        let target = self.trigger.target();
-        let (mut taken, background) = self.stacks.take(ksyms, &mut self.mapper, target);
+        let targets = self.trigger.targets();
+        let (mut taken, background) = self.stacks.take(ksyms, &mut self.mapper, &targets);
         for (slot, ..) in &taken {
             *self.shown.entry(*slot).or_default() += 1;
         }
         taken.extend(background);
         let now = Instant::now();
-        let mut said = None;
+        let mut said = Vec::new();
         if now >= self.next_tick {
             let cur = self.poller.totals(
                 self.probe.maps(),
@@ -210,11 +212,11 @@ impl Watch {
                 Some(&mut self.stacks.symbols),
             )?;
             let secs = (now - self.start).as_secs_f64();
-            let decision = self.trigger.observe(secs, &cur);
+            let changes = self.trigger.observe(secs, &cur);
             // As in a live run (Run::tick).
             self.probe
                 .maps()
-                .flag_sites(self.probe.maps().capturing(), self.background);
+                .flag_sites(&self.probe.maps().capturing(), self.background);
             if self.background {
                 taken.extend(self.stacks.background_tick(
                     self.probe.maps(),
@@ -223,27 +225,38 @@ impl Watch {
                     mono_ns(),
                 ));
             }
-            if let Some(d) = decision {
-                said = Some(format!(
-                    "{}: {}",
-                    self.func,
-                    announcement(&d, &self.mapper.reasons, self.trigger.threshold())
-                ));
-                // The budget first: a call between the two would find none.
-                self.budget.refill(self.probe.maps(), d.switch.to())?;
+            if !changes.is_empty() {
+                let targets = self.trigger.targets();
+                said = announcements(
+                    &changes,
+                    &targets,
+                    &self.mapper.reasons,
+                    self.trigger.threshold(),
+                )
+                .into_iter()
+                .map(|l| format!("{}: {l}", self.func))
+                .collect();
+                // As in a live run (Run::tick).
+                let started: Vec<u32> =
+                    changes.iter().filter(|c| c.start).map(|c| c.slot).collect();
+                self.budget
+                    .refill(self.probe.maps(), &started, targets.len())?;
                 self.stacks
-                    .switch_on(&mut self.probe, ksyms, &self.mapper, d.switch.to())?;
-                self.shown.entry(d.switch.to()).or_default();
-                self.next_refill = now + REFILL;
+                    .capture(&mut self.probe, ksyms, &self.mapper, &targets)?;
+                for slot in started {
+                    self.shown.entry(slot).or_default();
+                }
             }
             while self.next_tick <= now {
                 self.next_tick += TICK;
             }
         }
-        if let Some(t) = self.trigger.target().filter(|_| now >= self.next_refill) {
-            self.budget.refill(self.probe.maps(), t)?;
+        if self.trigger.capturing() && now >= self.next_refill {
+            let targets = self.trigger.targets();
+            self.budget
+                .refill(self.probe.maps(), &targets, targets.len())?;
             self.next_refill = now + REFILL;
-        } else if self.trigger.target().is_none() {
+        } else if !self.trigger.capturing() {
             self.next_refill = now + Duration::from_secs(3600);
         }
         if now >= self.next_gates && !self.shown.is_empty() {

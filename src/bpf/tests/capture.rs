@@ -1,5 +1,5 @@
 //! Stack capture: the ring's size, moving capture between reasons while
-//! calls run, and who is sampled.
+//! calls run, several reasons at once, and who is sampled.
 
 use super::*;
 
@@ -64,10 +64,10 @@ fn run_until(fd: i32, sites: [u64; 2], done: &AtomicBool, runs: &AtomicU64) {
     }
 }
 
-/// Capture moves between two reasons while another thread runs the stack
-/// path on calls of both: every sample names a reason that was captured,
-/// and the right one (a resolved site by its slot, a pending site by the
-/// tagged caller range).
+/// Capture moves between two reasons, and to both at once, while another
+/// thread runs the stack path on calls of both: every sample names a
+/// reason that was captured, and the right one (a resolved site by its
+/// slot, a pending site by the tagged caller range).
 #[test]
 fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
     if !crate::testing::bpf_or_skip() {
@@ -109,10 +109,19 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
             let (ctl, watch) = (ctl as *mut _, watch as *mut _);
             // SAFETY: the object outlives the scope; the cell is an
             // aligned u64 of the mapped .bss.
+            let a = Captured {
+                slot: A,
+                callers: vec![],
+            };
+            let b = Captured {
+                slot: B,
+                callers: vec![b_range],
+            };
             unsafe {
-                match i % 3 {
-                    0 => {
-                        publish(ctl, watch, A, &[]);
+                match i % 4 {
+                    0 | 3 => {
+                        let set = if i % 4 == 0 { vec![a] } else { vec![a, b] };
+                        publish(ctl, watch, &set);
                         let cell = AtomicU64::from_ptr(cell_a as *mut u64);
                         let _ = cell.compare_exchange(
                             entry_a,
@@ -121,8 +130,8 @@ fn moving_capture_never_yields_a_sample_of_an_unknown_or_wrong_reason() {
                             Ordering::SeqCst,
                         );
                     }
-                    1 => publish(ctl, watch, B, &[b_range]),
-                    _ => publish(ctl, watch, SLOT_NONE, &[]),
+                    1 => publish(ctl, watch, &[b]),
+                    _ => publish(ctl, watch, &[]),
                 }
             }
             std::thread::sleep(Duration::from_micros(20));
@@ -280,7 +289,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site_a, A).unwrap();
     p.maps().add_site(site_b, B).unwrap();
-    p.maps().flag_sites(None, true);
+    p.maps().flag_sites(&[], true);
     for _ in 0..40 {
         p.test_count_on(site_a, 0);
     }
@@ -303,7 +312,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     assert_eq!(got.len(), 32);
     // Flagged again within the refill time (a token every 250 ms): A's
     // bucket holds at most one more.
-    p.maps().flag_sites(None, true);
+    p.maps().flag_sites(&[], true);
     for _ in 0..10 {
         p.test_count_on(site_a, 0);
     }
@@ -312,7 +321,7 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     // (its bucket is empty by now: the flag is cleared, nothing sent).
     p.maps().refill_every(u64::MAX).unwrap();
     p.maps().capture(A, &[]).unwrap();
-    p.maps().flag_sites(None, true);
+    p.maps().flag_sites(&[], true);
     for _ in 0..5 {
         p.test_count_on(site_a, 0);
         p.test_count_on(site_b, 0);
@@ -340,7 +349,7 @@ fn no_background_stacks_without_the_sampler() {
     let mut storage = MaybeUninit::uninit();
     let p = selftest::load(&mut storage, &capture_config());
     p.maps().add_site(site, 2).unwrap();
-    p.maps().flag_sites(None, true);
+    p.maps().flag_sites(&[], true);
     let (cell, entry) = p.maps().site_cell_ptr(site, 2);
     // SAFETY: the object is alive; a plain load of mapped memory.
     let now = || unsafe { std::ptr::read_volatile(cell) };
@@ -439,4 +448,80 @@ fn each_captured_reason_spends_its_own_budget() {
         assert_eq!(at(slot, S::TD_STACK_EMITTED), sent);
         assert_eq!(at(slot, S::TD_STACK_RATE_CAPPED), 10 - sent);
     }
+}
+
+/// Two reasons captured at once, a budget shared between them: each
+/// reason's calls take stacks under their own reason (a resolved site by
+/// its slot, a pending one by its reason's caller range) up to its share,
+/// and the rest are rate capped under it; a third reason's calls stay on
+/// the common path and take none. One reason leaving the set ends its
+/// capture alone: the other's goes on.
+#[test]
+fn two_reasons_are_captured_at_once_each_within_its_share() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    const A: u32 = 2;
+    const B: u32 = 3;
+    const C: u32 = 4;
+    let site_a = 0xffffffff81000010; // resolved: slot A
+    let site_b = 0xffffffff81001010; // pending, inside B's caller range
+    let site_c = 0xffffffff81003018; // resolved: slot C, never captured
+    let b_range = (0xffffffff81001000, 0xffffffff81002000);
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, &capture_config());
+    p.maps().add_site(site_a, A).unwrap();
+    p.maps().add_site(site_c, C).unwrap();
+    let set = [
+        Captured {
+            slot: A,
+            callers: vec![],
+        },
+        Captured {
+            slot: B,
+            callers: vec![b_range],
+        },
+    ];
+    p.maps().capture_set(&set).unwrap();
+    assert_eq!(p.maps().capturing(), [A, B]);
+    // A CPU's budget of 8 split evenly (Budget::share): 4 each. The runs
+    // are all on CPU 0.
+    for slot in [A, B] {
+        p.maps().refill(slot, 4, 0).unwrap();
+    }
+    for _ in 0..10 {
+        for site in [site_a, site_b, site_c] {
+            p.test_count_on(site, 0);
+        }
+    }
+    let mut got = ring_now(&p);
+    got.sort_unstable();
+    assert_eq!(got, [vec![(A, false); 4], vec![(B, false); 4]].concat());
+    let gates = p.maps().reason_stacks(A..=C).unwrap();
+    let at = |slot: u32, s: StackStat| gates[slot as usize][s.0 as usize];
+    use StackStat as S;
+    for slot in [A, B] {
+        assert_eq!(at(slot, S::TD_STACK_MATCHED), 10, "slot {slot}");
+        assert_eq!(at(slot, S::TD_STACK_EMITTED), 4, "slot {slot}");
+        assert_eq!(at(slot, S::TD_STACK_RATE_CAPPED), 6, "slot {slot}");
+    }
+    assert_eq!(at(C, S::TD_STACK_MATCHED), 0);
+    // C's site was never flagged: none of its calls left the common path.
+    let (cell, entry) = p.maps().site_cell_ptr(site_c, C);
+    // SAFETY: the object is alive; a plain load of mapped memory.
+    assert_eq!(unsafe { std::ptr::read_volatile(cell) }, entry);
+    // A leaves the set: B's capture goes on, A's calls take no stack.
+    p.maps().capture_set(&set[1..]).unwrap();
+    assert_eq!(p.maps().capturing(), [B]);
+    for slot in [A, B] {
+        p.maps().refill(slot, 8, 0).unwrap();
+    }
+    for _ in 0..3 {
+        p.test_count_on(site_a, 0);
+        p.test_count_on(site_b, 0);
+    }
+    assert_eq!(ring_now(&p), vec![(B, false); 3]);
+    let counts = p.maps().counts().unwrap();
+    assert_eq!((counts[A as usize], counts[C as usize]), (13, 10));
+    assert_eq!(p.maps().pending().unwrap(), vec![(site_b, 13)]);
 }

@@ -297,16 +297,31 @@ struct IntervalJson<'a> {
     total: u64,
     rate: Num,
     reasons: Vec<RowJson<'a>>,
+    /// The newest reason captured, and its stacks; every reason captured
+    /// in stacks_by_reason, oldest first.
     stack_reason: Option<&'a str>,
     stacks_captured: u64,
     stacks: Vec<StackJson<'a>>,
+    stacks_by_reason: Vec<StackSet<'a>>,
     compare: Option<Vec<ChangeJson<'a>>>,
     drops: Drops,
 }
 
+fn stack_sets(sets: &[ReasonStacks], top: usize) -> Vec<StackSet<'_>> {
+    sets.iter()
+        .map(|st| StackSet {
+            reason: &st.reason,
+            captured: st.captured,
+            background: st.background,
+            stacks: stacks(Some(st), top),
+            processes: processes(&st.processes, top),
+        })
+        .collect()
+}
+
 /// One interval as a JSON line (no newline).
 pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
-    let st = iv.stacks.as_ref();
+    let st = iv.stacks.last();
     to_line(&IntervalJson {
         kind: "interval",
         schema: SCHEMA,
@@ -318,6 +333,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         stack_reason: st.map(|s| s.reason.as_str()),
         stacks_captured: st.map_or(0, |s| s.captured),
         stacks: stacks(st, top),
+        stacks_by_reason: stack_sets(&iv.stacks, top),
         compare: iv.compare.as_deref().map(changes),
         drops: iv.drops,
     })
@@ -443,17 +459,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         stacks_background: sum.stacks_background,
         stacks_captured: last.map_or(0, |l| l.captured),
         stacks: stacks(last, top),
-        stacks_by_reason: sum
-            .stacks
-            .iter()
-            .map(|st| StackSet {
-                reason: &st.reason,
-                captured: st.captured,
-                background: st.background,
-                stacks: stacks(Some(st), top),
-                processes: processes(&st.processes, top),
-            })
-            .collect(),
+        stacks_by_reason: stack_sets(&sum.stacks, top),
         captures: sum.captures.iter().map(CaptureJson::of).collect(),
         capture_calls: sum
             .gates

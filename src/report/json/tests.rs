@@ -18,21 +18,55 @@ fn interval_shape() {
         unix_time: 1.5,
         clock: "x".into(),
         calls: sample_calls(),
-        stacks: None,
+        stacks: Vec::new(),
         compare: None,
         drops: Drops::default(),
     };
     assert_eq!(
         interval(&iv, 5),
-        "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
+        "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"stacks_by_reason\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
     );
     let iv = IntervalReport {
-        stacks: Some(stacks_of("ZAP", &[(&["a\"b"], 2)])),
+        stacks: vec![stacks_of("ZAP", &[(&["a\"b"], 2)])],
         ..iv
     };
     assert!(interval(&iv, 5).ends_with(
-        "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
+        "\"stack_reason\":\"ZAP\",\"stacks_captured\":2,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"stacks_by_reason\":[{\"reason\":\"ZAP\",\"captured\":2,\"background\":0,\"stacks\":[{\"count\":2,\"frames\":[\"a\\\"b\"],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"processes\":[{\"comm\":\"thp\",\"pid\":42,\"count\":2}]}],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
     ));
+}
+
+/// Several reasons captured at once: each has its set, oldest first; the
+/// flat fields name the newest.
+#[test]
+fn an_interval_with_two_reasons_captured_lists_both() {
+    let iv = IntervalReport {
+        unix_time: 1.5,
+        clock: "x".into(),
+        calls: sample_calls(),
+        stacks: vec![
+            stacks_of("FAULT", &[(&["f"], 1)]),
+            stacks_of("ZAP", &[(&["z"], 3)]),
+        ],
+        compare: None,
+        drops: Drops::default(),
+    };
+    let v: serde_json::Value = serde_json::from_str(&interval(&iv, 5)).unwrap();
+    assert_eq!(
+        (&v["stack_reason"], &v["stacks_captured"]),
+        (&"ZAP".into(), &3.into())
+    );
+    let sets: Vec<(&str, u64)> = v["stacks_by_reason"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["reason"].as_str().unwrap(),
+                s["captured"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sets, [("FAULT", 1), ("ZAP", 3)]);
 }
 
 #[test]

@@ -35,6 +35,31 @@ capture_field() {
 		sed -n "${1}p" | grep -o "\"$2\":[^,}]*" | sed 's/^[^:]*://; s/"//g'
 }
 
+# at_once A B: after a run in which reasons A and B each had about half of the calls,
+# with --threshold 30, both were captured at once: the first two capture stretches are
+# theirs and overlap, the later one's notice says the other's capture goes on beside
+# it, and both reasons have stacks (the summary checks each one's capture calls).
+at_once() {
+	cat "$TD_ERR"
+	got=$( (capture_field 1 reason; capture_field 2 reason) | sort | tr '\n' ' ')
+	want=$(printf '%s\n' "$1" "$2" | sort | tr '\n' ' ')
+	expect_eq "at once: the first two captures" "$got" "$want"
+	end1=$(capture_field 1 end)
+	start2=$(capture_field 2 start)
+	echo "at once: $(capture_field 1 reason) captured from $(capture_field 1 start) s to $end1 s," \
+		"$(capture_field 2 reason) from $start2 s"
+	awk -v a="$start2" -v b="$end1" 'BEGIN { exit !(a < b) }' ||
+		fail "at once: the second capture began at $start2 s, after the first ended ($end1 s)"
+	grep -q "has .*: capturing its stacks, beside [A-Z_]*'s" "$TD_ERR" ||
+		fail "at once: no notice of a capture beside another"
+	for r in "$1" "$2"; do
+		n=$(echo "$TD_SUMMARY" | grep -o '"stacks_by_reason":.*' |
+			grep -o "{\"reason\":\"$r\",\"captured\":[0-9]*" | sed 's/.*://')
+		echo "at once: $r: ${n:-0} stacks captured"
+		[ "${n:-0}" -gt 0 ] || fail "at once: no stacks of $r"
+	done
+}
+
 if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	N=40 GAP=10
 	FN=$TD_SPLIT
@@ -127,6 +152,19 @@ if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	expect_eq "mix: EXIT" "$(reason_count EXIT)" $((256 * M))
 	expect_eq "mix: phase" "$(summary_str phase)" counting
 	expect_eq "mix: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[\]')" '"captures":[]'
+
+	# 3b. The same mix with --threshold 30: each reason qualifies, and both are
+	# captured at once.
+	td_start $FN --rules "$RULES" -i 1 --threshold 30
+	j=0
+	while [ $j -lt $M ]; do
+		thp --munmap-halves 1 >/dev/null || fail "thp failed"
+		j=$((j + 1))
+	done
+	td_stop INT
+	expect_eq "mix at once: MUNMAP" "$(reason_count MUNMAP)" $((256 * M))
+	expect_eq "mix at once: EXIT" "$(reason_count EXIT)" $((256 * M))
+	at_once MUNMAP EXIT
 
 	# 4. --no-auto: the burst is counted, nothing is captured.
 	burst -i 1 --no-auto
@@ -226,6 +264,15 @@ expect_eq "mix: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" 150
 expect_eq "mix: ZAP" "$(reason_count ZAP)" 150
 expect_eq "mix: phase" "$(summary_str phase)" counting
 expect_eq "mix: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[\]')" '"captures":[]'
+
+# 3b. The same mix with --threshold 30: each reason qualifies, and both are captured
+# at once.
+td_start deferred_split_folio -i 1 --threshold 30
+thp --mix 150 >/dev/null || fail "thp --mix failed"
+td_stop INT
+expect_eq "mix at once: FAULT_ALLOC" "$(reason_count FAULT_ALLOC)" 150
+expect_eq "mix at once: ZAP" "$(reason_count ZAP)" 150
+at_once FAULT_ALLOC ZAP
 
 # 4. --no-auto: the burst is counted, nothing is captured.
 burst -i 1 --no-auto
