@@ -141,29 +141,27 @@ if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	# one reason's; --min-events 600 takes only seconds with three bursts of a reason
 	# or more, and so two of the other between them: neither reaches 80%.
 	M=10
-	td_start $FN --rules "$RULES" -i 1 --min-events 600
-	j=0
-	while [ $j -lt $M ]; do
-		thp --munmap-halves 1 >/dev/null || fail "thp failed"
-		j=$((j + 1))
-	done
-	td_stop INT
-	expect_eq "mix: MUNMAP" "$(reason_count MUNMAP)" $((256 * M))
-	expect_eq "mix: EXIT" "$(reason_count EXIT)" $((256 * M))
+	# munmap_mix WHAT ARGS...: topdown with ARGS over M such processes, counted exactly.
+	munmap_mix() {
+		_what=$1
+		shift
+		td_start $FN --rules "$RULES" -i 1 "$@"
+		j=0
+		while [ $j -lt $M ]; do
+			thp --munmap-halves 1 >/dev/null || fail "thp failed"
+			j=$((j + 1))
+		done
+		td_stop INT
+		expect_eq "$_what: MUNMAP" "$(reason_count MUNMAP)" $((256 * M))
+		expect_eq "$_what: EXIT" "$(reason_count EXIT)" $((256 * M))
+	}
+	munmap_mix mix --min-events 600
 	expect_eq "mix: phase" "$(summary_str phase)" counting
 	expect_eq "mix: captures" "$(echo "$TD_SUMMARY" | grep -o '"captures":\[\]')" '"captures":[]'
 
 	# 3b. The same mix with --threshold 30: each reason qualifies, and both are
 	# captured at once.
-	td_start $FN --rules "$RULES" -i 1 --threshold 30
-	j=0
-	while [ $j -lt $M ]; do
-		thp --munmap-halves 1 >/dev/null || fail "thp failed"
-		j=$((j + 1))
-	done
-	td_stop INT
-	expect_eq "mix at once: MUNMAP" "$(reason_count MUNMAP)" $((256 * M))
-	expect_eq "mix at once: EXIT" "$(reason_count EXIT)" $((256 * M))
+	munmap_mix "mix at once" --threshold 30
 	at_once MUNMAP EXIT
 
 	# 4. --no-auto: the burst is counted, nothing is captured.
