@@ -25,6 +25,7 @@ use crate::host::Features;
 mod capture;
 mod deep;
 mod filters;
+mod prune_bench;
 mod tracepoint;
 
 const FUNC: u64 = 0xffffffff82000000;
