@@ -180,7 +180,7 @@ fn families(
     if let Some(captures) = captures {
         let mut active = Family::new(
             "topdown_capture_active",
-            "1: the reason whose stacks topdown serve --capture captures now.",
+            "1: a reason whose stacks topdown serve --capture captures now (several can be).",
             Kind::Gauge,
         );
         let mut stacks = Family::new(
@@ -527,7 +527,7 @@ topdown_pinned_timestamp_seconds{{function=\"deferred_split_folio\"}} 1700000000
 # HELP topdown_read_error 1: the pinned function could not be read in this scrape (topdown serve logs why).
 # TYPE topdown_read_error gauge
 topdown_read_error{{function=\"vfs_read\"}} 1
-# HELP topdown_capture_active 1: the reason whose stacks topdown serve --capture captures now.
+# HELP topdown_capture_active 1: a reason whose stacks topdown serve --capture captures now (several can be).
 # TYPE topdown_capture_active gauge
 topdown_capture_active{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 1
 # HELP topdown_stacks_total Stacks captured by topdown serve --capture since it started, per reason.
