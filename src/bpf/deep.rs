@@ -29,7 +29,7 @@ pub(crate) struct DeepRule {
 
 /// Whether return address `ret` lies in the function at [lo, hi): -1, as a
 /// call can be a function's last instruction.
-fn returns_into(lo: u64, hi: u64, ret: u64) -> bool {
+pub(crate) fn returns_into(lo: u64, hi: u64, ret: u64) -> bool {
     (lo..hi).contains(&ret.wrapping_sub(1))
 }
 

@@ -54,7 +54,7 @@ pub(crate) struct Gone {
 impl Gone {
     /// Whether return address `ret` lay in the module's text.
     pub(crate) fn holds(&self, ret: u64) -> bool {
-        (self.lo..self.hi).contains(&ret.wrapping_sub(1))
+        crate::bpf::deep::returns_into(self.lo, self.hi, ret)
     }
 }
 
