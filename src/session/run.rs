@@ -435,7 +435,9 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 .refill(self.probe.maps(), &started, targets.len())?;
             self.stacks
                 .capture(&mut self.probe, self.ksyms.get(), self.mapper, &targets)?;
-            self.next_refill = now + REFILL;
+            // A refill within a second, not later: the others' are not put
+            // off by changes, however often they come.
+            self.next_refill = self.next_refill.min(now + REFILL);
         }
         while self.next_tick <= now {
             self.next_tick += TICK;

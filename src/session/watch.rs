@@ -246,6 +246,9 @@ impl Watch {
                 for slot in started {
                     self.shown.entry(slot).or_default();
                 }
+                // As in a live run; after a spell with nothing captured,
+                // the next refill was put off.
+                self.next_refill = self.next_refill.min(now + REFILL);
             }
             while self.next_tick <= now {
                 self.next_tick += TICK;
