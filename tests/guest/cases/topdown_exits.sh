@@ -100,15 +100,15 @@ grep -q '</svg>' "$TD_TMP/g.svg" || fail "--folded /dev/full: no --flamegraph"
 rm -f "${TMPDIR:-/tmp}"/topdown-vfs_read-*.folded
 
 # 7. A reader of a pinned function ended by an error leaves no process's calls left out
-# and capture off: the watch key (td_watch, in .bss) is back to 0,0,0,0 and the stack
-# reason (ctl.reason, the first "reason" in .data) to none at once.
+# and capture off: the watch key (td_watch, in .bss) is back to 0,0,0,0 and the count
+# of reasons captured (ctl.nr_captured, in .data) to 0 at once.
 watch_bytes() {
 	bpftool map dump pinned $ROOT/vfs_read/bss | grep -A1 '"why"' | tr -d ' \n' |
 		sed 's/.*\[//; s/\].*//'
-	printf ' reason='
-	bpftool map dump pinned $ROOT/vfs_read/data | grep -m 1 '"reason"' | tr -dc 0-9
+	printf ' captured='
+	bpftool map dump pinned $ROOT/vfs_read/data | grep -m 1 '"nr_captured"' | tr -dc 0-9
 }
-IDLE="0,0,0,0 reason=4294967295"
+IDLE="0,0,0,0 captured=0"
 topdown pin vfs_read --no-profile 2>/dev/null || fail "pin failed"
 expect_eq "pinned: watch key" "$(watch_bytes)" "$IDLE"
 topdown vfs_read --stack-on ksys_read -i 0.5 -d 30 >/dev/full 2>"$TD_TMP/err"
@@ -123,11 +123,11 @@ pipe=$!
 wait_line "$TD_TMP/err" "Ctrl-C to end"
 # Capture starts within a tick or so of that line: up to 10 s on a busy host.
 _k=0
-until ! watch_bytes | grep -q 'reason=4294967295$' || [ $_k -ge 50 ]; do
+until ! watch_bytes | grep -q 'captured=0$' || [ $_k -ge 50 ]; do
 	sleep 0.2
 	_k=$((_k + 1))
 done
-! watch_bytes | grep -q 'reason=4294967295$' || fail "no capture by the pinned reader: $(watch_bytes)"
+! watch_bytes | grep -q 'captured=0$' || fail "no capture by the pinned reader: $(watch_bytes)"
 kill -TERM "$(cat "$TD_TMP/pid")"
 wait_exit $pipe "the pinned reader sent SIGTERM"
 expect_eq "after the pinned reader's SIGTERM: watch key" "$(watch_bytes)" "$IDLE"
