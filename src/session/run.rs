@@ -427,14 +427,14 @@ impl<'a, 'obj> Run<'a, 'obj> {
             ) {
                 eprintln!("topdown: {line}");
             }
-            // The new reasons' budgets first: a call between the two would
-            // find none. The others keep what is left of theirs until the
-            // next refill, which gives each its share.
-            let started: Vec<u32> = changes.iter().filter(|c| c.start).map(|c| c.slot).collect();
-            self.budget
-                .refill(self.probe.maps(), &started, targets.len())?;
-            self.stacks
-                .capture(&mut self.probe, self.ksyms.get(), self.mapper, &targets)?;
+            self.stacks.apply(
+                &mut self.probe,
+                self.ksyms.get(),
+                self.mapper,
+                &self.budget,
+                &changes,
+                &targets,
+            )?;
             // A refill within a second, not later: the others' are not put
             // off by changes, however often they come.
             self.next_refill = self.next_refill.min(now + REFILL);

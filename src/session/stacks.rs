@@ -17,6 +17,8 @@ use crate::symbolize::Symbols;
 use super::background::{Kept, KEEP_NS};
 use super::capture::{self, Capture};
 use super::state::State;
+use super::timing::Budget;
+use super::trigger::Change;
 
 /// A symbolized stack: (reason slot, stack, process, kernel time).
 pub(super) type Taken = (u32, Stack, Process, u64);
@@ -68,6 +70,25 @@ impl Stacks {
             .collect();
         set.reverse();
         probe.stacks_on(&set)
+    }
+
+    /// Puts a tick's `changes` of capture into the kernel side, `targets`
+    /// being the reasons captured after them: the new reasons' budgets
+    /// first (a call between the two would find none), then the set. The
+    /// others keep what is left of theirs until the next refill, which
+    /// gives each its share.
+    pub(super) fn apply(
+        &mut self,
+        probe: &mut Probe<'_>,
+        ksyms: &Kallsyms,
+        mapper: &Mapper,
+        budget: &Budget,
+        changes: &[Change],
+        targets: &[u32],
+    ) -> Result<()> {
+        let started: Vec<u32> = changes.iter().filter(|c| c.start).map(|c| c.slot).collect();
+        budget.refill(probe.maps(), &started, targets.len())?;
+        self.capture(probe, ksyms, mapper, targets)
     }
 
     /// Waits up to `timeout` for samples (`absorb` takes them).

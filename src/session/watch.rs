@@ -237,14 +237,16 @@ impl Watch {
                 .map(|l| format!("{}: {l}", self.func))
                 .collect();
                 // As in a live run (Run::tick).
-                let started: Vec<u32> =
-                    changes.iter().filter(|c| c.start).map(|c| c.slot).collect();
-                self.budget
-                    .refill(self.probe.maps(), &started, targets.len())?;
-                self.stacks
-                    .capture(&mut self.probe, ksyms, &self.mapper, &targets)?;
-                for slot in started {
-                    self.shown.entry(slot).or_default();
+                self.stacks.apply(
+                    &mut self.probe,
+                    ksyms,
+                    &self.mapper,
+                    &self.budget,
+                    &changes,
+                    &targets,
+                )?;
+                for c in changes.iter().filter(|c| c.start) {
+                    self.shown.entry(c.slot).or_default();
                 }
                 // As in a live run; after a spell with nothing captured,
                 // the next refill was put off.
