@@ -462,13 +462,18 @@ impl Control {
         flag.swap(0, SeqCst) != 0
     }
 
+    /// Word `i` of td_control.captured: reasons 64 i to 64 i + 63.
+    fn captured_word(&self, i: usize) -> u64 {
+        assert!(i < CAPTURED_WORDS);
+        // SAFETY: as in steer; i is below the array's length.
+        unsafe { u64_at(std::ptr::addr_of_mut!((*self.ctl()).captured[i])) }.load(SeqCst)
+    }
+
     /// The reasons whose stacks are being captured, by slot.
     pub(crate) fn capturing(&self) -> Vec<u32> {
         (0..CAPTURED_WORDS)
             .flat_map(|i| {
-                // SAFETY: as in steer; i is below the array's length.
-                let w = unsafe { u64_at(std::ptr::addr_of_mut!((*self.ctl()).captured[i])) }
-                    .load(SeqCst);
+                let w = self.captured_word(i);
                 (0..64)
                     .filter(move |b| w >> b & 1 != 0)
                     .map(move |b| (i * 64 + b) as u32)
@@ -479,11 +484,7 @@ impl Control {
     /// Whether `slot`'s stacks are being captured.
     fn is_captured(&self, slot: u32) -> bool {
         let i = slot as usize / 64;
-        i < CAPTURED_WORDS && {
-            // SAFETY: as in steer; i is below the array's length.
-            let w = unsafe { u64_at(std::ptr::addr_of_mut!((*self.ctl()).captured[i])) };
-            w.load(SeqCst) >> (slot % 64) & 1 != 0
-        }
+        i < CAPTURED_WORDS && self.captured_word(i) >> (slot % 64) & 1 != 0
     }
 
     /// Steers as a pinned instance's reader does: under a lease.

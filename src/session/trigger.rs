@@ -13,6 +13,7 @@
 //! it no longer qualifies and either has no calls in the window or has
 //! been captured for a second (so a reason that is still live is not cut
 //! off as soon as it starts). The newest reason stays until another comes.
+
 use std::collections::VecDeque;
 
 use crate::reasons::Reasons;
@@ -201,13 +202,13 @@ impl Trigger {
         let mut kept = Vec::new();
         for (i, &(slot, since)) in self.targets.iter().enumerate() {
             let newer = i + 1 < last || !new.is_empty();
-            let live = deltas.get(slot as usize).is_some_and(|&d| d > 0);
+            let live = deltas[slot as usize] > 0;
             if newer && !qualifies(slot) && (!live || now - since >= DWELL) {
                 changes.push(Change {
                     slot,
                     start: false,
                     share: share(slot),
-                    calls: deltas.get(slot as usize).copied().unwrap_or(0),
+                    calls: deltas[slot as usize],
                     span,
                 });
             } else {
