@@ -507,6 +507,9 @@ impl<'a, 'obj> Run<'a, 'obj> {
         self.probe.maps().own(0);
         let companion = self.probe.companion_stats();
         let detached = self.probe.detach();
+        // The counts cover the time attached: draining and symbolizing
+        // what was captured must not lengthen the run a rate divides by.
+        let secs = self.start.elapsed().as_secs_f64();
         let prog = self.probe.prog_stats().since(&self.base_prog);
         let (totals, stats, gates) = match (|| {
             detached?;
@@ -535,7 +538,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 mode: self.probe.mode(),
                 totals: &totals,
                 start: self.start_unix,
-                secs: self.start.elapsed().as_secs_f64(),
+                secs,
                 stats,
                 prog,
                 companion: companion.map(|(kind, c)| (kind.name(), c)),
