@@ -28,7 +28,7 @@ use super::ksyms::{self, LiveKsyms};
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{End, State};
-use super::timing::{unix_now, Budget, REFILL, TICK};
+use super::timing::{unix_now, Budget, Refills, TICK};
 use super::trigger::{announcements, Trigger};
 
 /// How the loop reports and when it captures stacks.
@@ -106,7 +106,7 @@ pub(super) struct Run<'a, 'obj> {
     last: Instant,
     next_print: Instant,
     next_tick: Instant,
-    next_refill: Instant,
+    refills: Refills,
     next_modules: Instant,
     /// Whether a busy uprobe was warned about (once a run).
     busy_warned: bool,
@@ -230,7 +230,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             last: start,
             next_print: start + opts.interval,
             next_tick: start + TICK,
-            next_refill: start + REFILL,
+            refills: Refills::new(start),
             next_modules: start + ksyms::CHECK_EVERY,
             busy_warned: false,
             woken_poll: None,
@@ -269,11 +269,10 @@ impl<'a, 'obj> Run<'a, 'obj> {
             if now >= self.next_tick {
                 self.tick(now, &cur)?;
             }
-            if self.state.capturing() && now >= self.next_refill {
+            if self.refills.due(now, self.state.capturing()) {
                 let targets = self.state.targets();
                 self.budget
                     .refill(self.probe.maps(), &targets, targets.len())?;
-                self.next_refill = now + REFILL;
             }
             let ended = self.end.is_some_and(|e| now >= e);
             if now >= self.next_print || ended {
@@ -296,7 +295,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             deadline = deadline.min(self.next_tick);
         }
         if self.state.capturing() {
-            deadline = deadline.min(self.next_refill);
+            deadline = deadline.min(self.refills.next());
         }
         deadline
     }
@@ -435,9 +434,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 &changes,
                 &targets,
             )?;
-            // A refill within a second, not later: the others' are not put
-            // off by changes, however often they come.
-            self.next_refill = self.next_refill.min(now + REFILL);
+            self.refills.changed(now);
         }
         while self.next_tick <= now {
             self.next_tick += TICK;

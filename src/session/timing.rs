@@ -1,7 +1,7 @@
 //! The loop's pace: how often it polls and refills the stack budget, and
 //! the wall clock.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often the counters are read for the trigger, whatever the print
 /// interval; also the longest sleep between checks of the stop flag. One
@@ -70,6 +70,48 @@ impl Budget {
     }
 }
 
+/// When the stack budgets are refilled next: a second after the last
+/// refill while something is captured, and within a second of a change of
+/// what is captured. A new reason gets its share as it starts; the others
+/// keep theirs until the refill, which changes, however often they come,
+/// never put off.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Refills {
+    next: Instant,
+}
+
+impl Refills {
+    pub(super) fn new(now: Instant) -> Refills {
+        Refills { next: now + REFILL }
+    }
+
+    /// When the next refill is due (while something is captured).
+    pub(super) fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// What is captured changed at `now`.
+    pub(super) fn changed(&mut self, now: Instant) {
+        self.next = self.next.min(now + REFILL);
+    }
+
+    /// Whether a refill is due at `now`, `capturing` being whether
+    /// anything is captured; if so, the next is a second on. With nothing
+    /// captured none is, and the next is at most a second after the
+    /// capture that comes.
+    pub(super) fn due(&mut self, now: Instant, capturing: bool) -> bool {
+        if !capturing {
+            self.next = now + REFILL;
+            return false;
+        }
+        if now < self.next {
+            return false;
+        }
+        self.next = now + REFILL;
+        true
+    }
+}
+
 /// Seconds since the epoch, for the reports' timestamps.
 pub(super) fn unix_now() -> f64 {
     SystemTime::now()
@@ -97,6 +139,43 @@ mod tests {
         assert_eq!(b.share(3), 167);
         assert_eq!(b.share(0), 500);
         assert_eq!(Budget::new(1, 2, false).share(4), 1);
+    }
+
+    #[test]
+    fn changes_of_capture_never_put_a_refill_off() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut r = Refills::new(t0);
+        // Changes every 400 ms: still a refill each second.
+        let mut refills = Vec::new();
+        for ms in (50..=3000).step_by(50) {
+            if ms % 400 == 0 {
+                r.changed(at(ms));
+            }
+            if r.due(at(ms), true) {
+                refills.push(ms);
+            }
+        }
+        assert_eq!(refills, vec![1000, 2000, 3000]);
+    }
+
+    #[test]
+    fn after_a_spell_with_nothing_captured_a_refill_comes_within_a_second() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut r = Refills::new(t0);
+        for ms in (50..=5000).step_by(50) {
+            assert!(!r.due(at(ms), false));
+        }
+        // Capture starts at 5050 ms: a refill within the second.
+        r.changed(at(5050));
+        assert!(!r.due(at(5100), true));
+        assert!(!r.due(at(5950), true));
+        assert!(r.due(at(6000), true));
+        assert_eq!(r.next(), at(7000));
+        // A change right after a refill does not bring the next one forward.
+        r.changed(at(6100));
+        assert_eq!(r.next(), at(7000));
     }
 
     #[test]

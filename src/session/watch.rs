@@ -6,7 +6,7 @@
 //! caller instead of a summary.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::bpf::abi::{NR_SLOTS, NR_STACK_STATS, SLOT_NONE};
 use crate::bpf::ctl::mono_ns;
@@ -24,7 +24,7 @@ use super::ksyms::LiveKsyms;
 use super::poll::Poller;
 use super::stacks::Stacks;
 use super::state::{gate, since_gates};
-use super::timing::{Budget, REFILL, TICK};
+use super::timing::{Budget, Refills, REFILL, TICK};
 use super::trigger::announcements;
 use super::trigger::{Trigger, TriggerConfig};
 
@@ -48,7 +48,7 @@ pub(crate) struct Watch {
     stacks: Stacks,
     start: Instant,
     next_tick: Instant,
-    next_refill: Instant,
+    refills: Refills,
     budget: Budget,
     /// The pinned program has the background sampler: the site cache is
     /// flagged for it every tick.
@@ -109,7 +109,7 @@ impl Watch {
             trigger,
             start: now,
             next_tick: now + TICK,
-            next_refill: now + REFILL,
+            refills: Refills::new(now),
             budget: Budget::new(max_rate, crate::host::online_cpus(), uprobe),
             base_gates,
             shown: BTreeMap::new(),
@@ -176,7 +176,7 @@ impl Watch {
 
     /// When `step` has work next.
     pub(crate) fn due(&self) -> Instant {
-        self.next_tick.min(self.next_refill)
+        self.next_tick.min(self.refills.next())
     }
 
     /// One step: the stacks delivered since the last, then, if a tick is
@@ -248,21 +248,16 @@ impl Watch {
                 for c in changes.iter().filter(|c| c.start) {
                     self.shown.entry(c.slot).or_default();
                 }
-                // As in a live run; after a spell with nothing captured,
-                // the next refill was put off.
-                self.next_refill = self.next_refill.min(now + REFILL);
+                self.refills.changed(now);
             }
             while self.next_tick <= now {
                 self.next_tick += TICK;
             }
         }
-        if self.trigger.capturing() && now >= self.next_refill {
+        if self.refills.due(now, self.trigger.capturing()) {
             let targets = self.trigger.targets();
             self.budget
                 .refill(self.probe.maps(), &targets, targets.len())?;
-            self.next_refill = now + REFILL;
-        } else if !self.trigger.capturing() {
-            self.next_refill = now + Duration::from_secs(3600);
         }
         if now >= self.next_gates && !self.shown.is_empty() {
             self.read_gates()?;
