@@ -95,12 +95,14 @@ three=$(echo "$TD_SUMMARY" | grep -o '{"reason":"caller_three","captured":[0-9]*
 echo "untagged: caller_three has ${three:-0} stacks shown; gates: $(echo "$TD_SUMMARY" | grep -o '"capture_calls":\[[^]]*\]')"
 [ "${three:-0}" -ge 10 ] || fail "caller_three: ${three:-0} stacks shown, fewer than 10"
 
-# A process that exits 10 ms after its 600 calls: the program wakes topdown at each new
-# call site, and topdown reads the process's maps then. Before, they were read at the
-# next tick, often after the process was gone: every call was [unknown], and no stack
-# was shown (6 runs of 16 on 6.1 and 7.3; after, 0 of 52 on 5.10, 6.1, 7.3 and arm64).
+# A process that exits 100 ms after its 600 calls: the program wakes topdown at each
+# new call site, and topdown reads the process's maps then. Before, they were read at
+# the next tick, often after the process was gone: every call was [unknown], and no
+# stack was shown (6 runs of 16 on 6.1 and 7.3 with 10 ms). 10 ms, which a native run
+# keeps to (6 of 6 with no wait at all), was too short for the emulated arm64 guest,
+# whose two vCPUs take turns on one host thread: 2 runs of 5 had every call [unknown].
 rm -f "$TD_TMP/a"
-start_workload a 100 200 300 10
+start_workload a 100 200 300 100
 A=$W_PID
 td_start -x /bin/ucallers td_work -p "$A" --stack-on caller_three --folded "$TD_TMP/f"
 go a
