@@ -32,6 +32,7 @@ macro_rules! eprint {
 }
 
 mod bpf;
+mod build_ids;
 pub mod cli;
 mod declared;
 mod error;

@@ -4,12 +4,14 @@
 //! whole run and a cache by address, so a stack seen again costs no lookups.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{cache, Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 
+use crate::bpf::sample::UserFrame;
+use crate::build_ids::{self, BuildId, BuildIds};
 use crate::kallsyms::{base_name, Kallsyms};
 use crate::reasons::{SourceLoc, SourceLookup};
 
@@ -20,6 +22,11 @@ pub(crate) struct Symbols {
     kernel: Option<Source<'static>>,
     kcache: HashMap<u64, Vec<String>>,
     ucache: HashMap<(u32, u64), Vec<String>>,
+    /// User frames given as a build ID and a file offset.
+    fcache: HashMap<(BuildId, u64), Vec<String>>,
+    files: BuildIds,
+    /// Command names looked for along PATH.
+    known_comms: HashSet<String>,
     cached_pids: HashSet<u32>,
     /// Say why symbolization failed (--verbose).
     verbose: bool,
@@ -87,6 +94,9 @@ impl Symbols {
             kernel,
             kcache: HashMap::new(),
             ucache: HashMap::new(),
+            fcache: HashMap::new(),
+            files: BuildIds::default(),
+            known_comms: HashSet::new(),
             cached_pids: HashSet::new(),
             verbose,
         }
@@ -168,9 +178,21 @@ impl Symbols {
         addrs.iter().flat_map(|a| self.kcache[a].clone()).collect()
     }
 
+    /// Knows `path` by its build ID: frames in it can be named after the
+    /// process that ran it has gone (a uprobe's binary).
+    pub(crate) fn know_file(&mut self, path: &Path) {
+        self.files.note(path);
+    }
+
     /// Remembers a process's mappings while it is alive, so its stacks can
-    /// be symbolized after it exits.
+    /// be symbolized after it exits; and the build IDs of the files it
+    /// maps, for the frames the kernel gives by build ID.
     pub(crate) fn remember_process(&mut self, pid: u32) {
+        if self.cached_pids.is_empty() {
+            // The libraries topdown maps itself (libc among them) are
+            // those most processes map.
+            self.files.note_process(std::process::id());
+        }
         if self.cached_pids.insert(pid) {
             // A process that is already gone has nothing left to cache.
             let r = self
@@ -179,6 +201,8 @@ impl Symbols {
             if let (Err(e), true) = (r, self.verbose) {
                 eprintln!("topdown: cannot keep the mappings of pid {pid}: {e}");
             }
+            // Its files' paths, after what names its call sites.
+            self.files.note_process(pid);
         }
     }
 
@@ -211,8 +235,87 @@ impl Symbols {
         name(&self.sym)
     }
 
-    /// User addresses of process `pid` to frames, innermost first.
-    pub(crate) fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
+    /// Knows the program a process named `comm` may have run, from the
+    /// directories of PATH: for a process gone before its maps were read.
+    pub(crate) fn know_command(&mut self, comm: &str) {
+        if self.known_comms.insert(comm.to_string()) {
+            let path = std::env::var("PATH").unwrap_or_default();
+            self.files.note_command(comm, &path);
+        }
+    }
+
+    /// User frames of process `pid` to names, innermost first: addresses
+    /// through the process's maps, build ID frames through their files.
+    pub(crate) fn user(&mut self, pid: u32, stack: &[UserFrame]) -> Vec<String> {
+        let addrs: Vec<u64> = stack.iter().filter_map(|f| f.addr()).collect();
+        self.user_addrs(pid, &addrs);
+        self.file_frames(stack);
+        stack
+            .iter()
+            .flat_map(|f| match *f {
+                UserFrame::Addr(a) => self.ucache[&(pid, a)].clone(),
+                UserFrame::File { build_id, offset } => self.fcache[&(build_id, offset)].clone(),
+            })
+            .collect()
+    }
+
+    /// Names the build ID frames of `stack` not named yet: from the file
+    /// of that build ID, or as `file+0xOFF` where the file has no symbol
+    /// there, `[unknown]` past its end, or `[build-id:ID]+0xOFF` where
+    /// topdown has not met the file.
+    fn file_frames(&mut self, stack: &[UserFrame]) {
+        let mut missing: HashMap<BuildId, Vec<u64>> = HashMap::new();
+        for f in stack {
+            if let UserFrame::File { build_id, offset } = *f {
+                if !self.fcache.contains_key(&(build_id, offset)) {
+                    let offs = missing.entry(build_id).or_default();
+                    if !offs.contains(&offset) {
+                        offs.push(offset);
+                    }
+                }
+            }
+        }
+        for (id, offsets) in missing {
+            let path = self.files.path(&id).map(Path::to_path_buf);
+            // A frame past the file's end is none of its: the kernel found
+            // the mapping above a bogus address (a frame pointer chain
+            // run past its end).
+            let size = path
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(u64::MAX, |m| m.len());
+            let res = match &path {
+                Some(p) => {
+                    let src = Source::Elf(Elf::new(p));
+                    match self.sym.symbolize(&src, Input::FileOffset(&offsets)) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            if self.verbose {
+                                eprintln!("topdown: cannot symbolize {}: {e}", p.display());
+                            }
+                            Vec::new()
+                        }
+                    }
+                }
+                None => Vec::new(),
+            };
+            for (i, &off) in offsets.iter().enumerate() {
+                let f = match (res.get(i), &path) {
+                    (Some(Symbolized::Sym(s)), _) => frames(s, 0),
+                    _ if off >= size => vec![crate::reasons::UNKNOWN_NAME.to_string()],
+                    (_, Some(p)) => vec![format!(
+                        "{}+{off:#x}",
+                        p.file_name().unwrap_or(p.as_os_str()).to_string_lossy()
+                    )],
+                    (_, None) => vec![format!("[build-id:{}]+{off:#x}", build_ids::hex(&id))],
+                };
+                self.fcache.insert((id, off), f);
+            }
+        }
+    }
+
+    /// Names user addresses of process `pid` not named yet.
+    fn user_addrs(&mut self, pid: u32, addrs: &[u64]) {
         let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a)));
         if !missing.is_empty() {
             // map_files reaches binaries in other mount namespaces, but only
@@ -251,10 +354,6 @@ impl Symbols {
                 self.ucache.insert((pid, *a), f);
             }
         }
-        addrs
-            .iter()
-            .flat_map(|a| self.ucache[&(pid, *a)].clone())
-            .collect()
     }
 }
 
@@ -267,7 +366,11 @@ fn kallsyms_frame(ksyms: &Kallsyms, ret: u64) -> Option<Vec<String>> {
 impl SourceLookup for Symbols {
     /// -1: the call instruction, not what follows it.
     fn user_caller(&mut self, pid: u32, ret: u64) -> Option<String> {
-        self.user_function(pid, ret.checked_sub(1)?)
+        let name = self.user_function(pid, ret.checked_sub(1)?);
+        // Its frame too, while the process may still be there: a stack
+        // shows the caller by its address (see Stacks::symbolize).
+        self.user_addrs(pid, &[ret]);
+        name
     }
 
     /// The kernel address's place in the source: only a vmlinux with DWARF
@@ -308,6 +411,53 @@ impl SourceLookup for Symbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A function of this test binary's, found by its name.
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn td_build_id_probe() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn build_id_frames_are_named_from_their_file() {
+        assert_eq!(td_build_id_probe(), 7);
+        let exe = std::env::current_exe().unwrap();
+        let id = blazesym::helper::read_elf_build_id(&exe).unwrap().unwrap();
+        let mut build_id = [0u8; 20];
+        build_id[..id.len()].copy_from_slice(&id);
+        let inspector = blazesym::inspect::Inspector::new();
+        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf::new(&exe));
+        let found = inspector.lookup(&src, &["td_build_id_probe"]).unwrap();
+        let offset = found[0][0].file_offset.unwrap();
+        let size = std::fs::metadata(&exe).unwrap().len();
+
+        let mut s = Symbols::new(None, false);
+        let stack = [
+            UserFrame::File { build_id, offset },
+            UserFrame::File {
+                build_id,
+                offset: size + 0x1000,
+            },
+            UserFrame::File {
+                build_id: [0xab; 20],
+                offset: 0x10,
+            },
+        ];
+        // Not met yet: by build ID.
+        let unknown = format!("[build-id:{}]+{offset:#x}", build_ids::hex(&build_id));
+        assert_eq!(s.user(1, &stack[..1]), vec![unknown]);
+        let mut s = Symbols::new(None, false);
+        s.know_file(&exe);
+        assert_eq!(
+            s.user(1, &stack),
+            vec![
+                "td_build_id_probe+0x0".to_string(),
+                "[unknown]".into(),
+                format!("[build-id:{}]+0x10", "ab".repeat(20)),
+            ]
+        );
+    }
 
     #[test]
     fn without_a_vmlinux_kernel_frames_come_from_kallsyms() {

@@ -70,7 +70,12 @@ static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 backg
 	struct td_sample *e;
 	__u64 id;
 
-	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
+	/*
+	 * A constant either way (cfg is frozen): kernel-only records leave the
+	 * user frames' 4 KiB out, so the buffer holds four times as many.
+	 */
+	e = bpf_ringbuf_reserve(&samples,
+				cfg.user_stacks ? sizeof(*e) : offsetof(struct td_sample, ustack), 0);
 	if (!e)
 		return false;
 	id = bpf_get_current_pid_tgid();
@@ -84,9 +89,21 @@ static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 backg
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->kstack_bytes = bpf_get_stack(ctx, e->kstack, cfg.stack_bytes, 0);
 	e->ustack_bytes = 0;
-	if (cfg.user_stacks)
-		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
-						BPF_F_USER_STACK);
+	e->ustack_build_id = 0;
+	if (cfg.user_stacks) {
+		/*
+		 * A frame the kernel cannot give a build ID for (its file's
+		 * first page not in memory, the mm's lock taken) comes as an
+		 * address (BPF_STACK_BUILD_ID_IP).
+		 */
+		e->ustack_build_id = cfg.user_build_id;
+		if (cfg.user_build_id)
+			e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes * 4,
+							BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+		else
+			e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
+							BPF_F_USER_STACK);
+	}
 	/*
 	 * No wake-up per stack: topdown reads the buffer on its 50 ms ticks.
 	 * Woken for each stack, it entered the kernel once per stack, and with

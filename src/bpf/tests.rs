@@ -18,7 +18,7 @@ use crate::bpf::deep::{Deep, DeepCaller, DeepRule};
 use crate::bpf::percpu::Pending;
 use crate::bpf::probe::selftest;
 use crate::bpf::probe::Probe;
-use crate::bpf::skel::types::td_sample;
+use crate::bpf::sample::Sample;
 use crate::filter::Filter;
 use crate::host::Features;
 

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 9,
+	TD_LAYOUT_VERSION = 10,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -267,7 +267,8 @@ struct td_config {
 	 * instance: with no reader, its new sites stay pending; see td_fresh).
 	 */
 	__u8 fresh;
-	__u8 pad[1];
+	/* User frames as build ID and file offset (BPF_F_USER_BUILD_ID). */
+	__u8 user_build_id;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;
@@ -427,9 +428,18 @@ struct td_sample {
 	__s32 ustack_bytes;
 	char comm[16];
 	__u32 background;	/* from the background sampler, not a capture */
-	__u32 pad;
+	/*
+	 * ustack holds struct bpf_stack_build_id frames (32 bytes each: a
+	 * status, the file's build ID, the offset in the file), which name a
+	 * frame after its process has gone; else return addresses.
+	 */
+	__u32 ustack_build_id;
 	__u64 kstack[TD_MAX_FRAMES];
-	__u64 ustack[TD_MAX_FRAMES];
+	/*
+	 * Last: a record without user frames is reserved without it. Room for
+	 * TD_MAX_FRAMES build ID frames (4 words each).
+	 */
+	__u64 ustack[TD_MAX_FRAMES * 4];
 };
 
 #endif

@@ -123,12 +123,15 @@ fn trace_user(t: Trace) -> Result<Status> {
         eprintln!("topdown: counting only calls {f}");
     }
     let ksyms = Kallsyms::default();
+    // Its frames are named by build ID after a process has gone.
+    let mut symbols = Symbols::new(None, t.session.verbose);
+    symbols.know_file(&user.path);
     let ctx = Context {
         ksyms: &ksyms,
         mapper: &mut mapper,
         func_addr: 0,
         stack_on,
-        symbols: Symbols::new(None, t.session.verbose),
+        symbols,
         info,
         filter: t.filter.clone(),
         background: t.background(),

@@ -8,6 +8,7 @@ use crate::bpf::abi::{ENTRY_WINDOW, MAX_STACK_RANGES, SLOT_NONE};
 use crate::bpf::ctl::Captured;
 use crate::bpf::maps::Maps;
 use crate::bpf::probe::Probe;
+use crate::bpf::sample::UserFrame;
 use crate::error::Result;
 use crate::kallsyms::Kallsyms;
 use crate::reasons::{Mapper, SourceLookup, UNKNOWN_NAME};
@@ -132,6 +133,10 @@ impl Stacks {
         // background stacks are shown.
         for s in samples.iter().filter(|s| !s.ustack.is_empty()) {
             self.symbols.remember_process(s.pid);
+            // Its program by name, in case it had gone already.
+            if s.ustack.iter().any(|f| f.addr().is_none()) {
+                self.symbols.know_command(&s.comm);
+            }
         }
         if self.user_target {
             // A uprobe's calls from sites not resolved yet come untagged:
@@ -201,7 +206,7 @@ impl Stacks {
                     // The kernel stack is the trap's. The user one, taken at
                     // FUNC's first instruction, is FUNC then (by frame
                     // pointers) the caller's caller: the caller is put back.
-                    let frames: Vec<u64> = std::iter::once(s.caller)
+                    let frames: Vec<UserFrame> = std::iter::once(UserFrame::Addr(s.caller))
                         .chain(s.ustack.iter().skip(1).copied())
                         .collect();
                     (Vec::new(), self.symbols.user(s.pid, &frames))

@@ -35,8 +35,7 @@ fn sample_ring<'a>(
 ) -> libbpf_rs::RingBuffer<'a> {
     let mut rb = RingBufferBuilder::new();
     rb.add(map, move |data: &[u8]| {
-        let mut s = td_sample::default();
-        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
+        let s = Sample::decode(data).expect("a whole sample");
         out.borrow_mut().push((s.caller, s.reason));
         0
     })
@@ -251,9 +250,8 @@ fn ring_now(p: &Probe<'_>) -> Vec<(u32, bool)> {
     let map = p.maps().samples().unwrap();
     let mut rb = RingBufferBuilder::new();
     rb.add(&map, |data: &[u8]| {
-        let mut s = td_sample::default();
-        plain::copy_from_bytes(&mut s, data).expect("a whole sample");
-        out.borrow_mut().push((s.reason, s.background != 0));
+        let s = Sample::decode(data).expect("a whole sample");
+        out.borrow_mut().push((s.reason, s.background));
         0
     })
     .unwrap();

@@ -49,6 +49,7 @@ fentry, capture gate in, capture off|--fentry --min-events 1000000000
 fentry, capture gate in, capture off, no background sampler|--fentry --min-events 1000000000 --background-stacks 0
 fentry, capturing, over the rate cap (1/s)|--fentry --stack-on ksys_read --max-rate 1
 fentry, capturing 1000 stacks/s|--fentry --stack-on ksys_read
+fentry, capturing 1000 stacks/s with user frames (-U)|--fentry --stack-on ksys_read -U
 fentry, capturing another reason (ksys_pread64): these calls stay on the common path|--fentry --stack-on ksys_pread64
 kprobe, counting only|--kprobe --no-auto
 fentry, counting only, -C 0: every call passes the CPU filter|--fentry --no-auto -C 0
