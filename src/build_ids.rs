@@ -4,7 +4,7 @@
 //! are those topdown has met: a uprobe's binary, and the files mapped by the
 //! processes whose stacks it has seen while they lived.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 /// A build ID as the kernel gives it: zero-padded to 20 bytes.
@@ -23,23 +23,50 @@ pub(crate) fn hex(id: &BuildId) -> String {
     id[..end].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The files a /proc/PID/maps text maps, each once: absolute paths only
+/// Processes whose maps are kept: a run that meets many short-lived ones
+/// keeps a bounded part of them (their files' build IDs stay known).
+const MAX_PROCESSES: usize = 1024;
+
+/// A file-backed mapping of a process: addresses [start, end) map the file
+/// from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) offset: u64,
+    pub(crate) path: PathBuf,
+}
+
+/// The file-backed mappings of a /proc/PID/maps text: absolute paths only
 /// (not [heap], [vdso], nor a file deleted since it was mapped).
-pub(crate) fn mapped_files(maps: &str) -> Vec<PathBuf> {
-    let mut seen = HashSet::new();
+pub(crate) fn mappings(maps: &str) -> Vec<Mapping> {
     maps.lines()
-        // address perms offset dev inode path: the path may hold spaces.
-        .filter_map(|l| l.splitn(6, char::is_whitespace).nth(5))
-        .map(str::trim_start)
-        .filter(|p| p.starts_with('/') && !p.ends_with(" (deleted)"))
-        .filter(|p| seen.insert(*p))
-        .map(PathBuf::from)
+        .filter_map(|l| {
+            // address perms offset dev inode path: the path may hold spaces.
+            let mut f = l.splitn(6, char::is_whitespace);
+            let (range, _, offset) = (f.next()?, f.next()?, f.next()?);
+            let path = f.nth(2)?.trim_start();
+            if !path.starts_with('/') || path.ends_with(" (deleted)") {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path: PathBuf::from(path),
+            })
+        })
         .collect()
 }
 
 #[derive(Default)]
 pub(crate) struct BuildIds {
     by_id: HashMap<BuildId, PathBuf>,
+    /// Each process's file-backed mappings, as read while it lived: of
+    /// the last MAX_PROCESSES processes noted, oldest first in `order`.
+    maps: HashMap<u32, Vec<Mapping>>,
+    order: VecDeque<u32>,
     /// Paths noted, read or not.
     known: HashSet<PathBuf>,
     /// Paths noted whose build IDs have not been read: read when a build
@@ -72,13 +99,33 @@ impl BuildIds {
         }
     }
 
-    /// Notes the files process `pid` maps, while it lives.
+    /// Notes the files process `pid` maps, and where, while it lives.
     pub(crate) fn note_process(&mut self, pid: u32) {
         if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            for p in mapped_files(&maps) {
-                self.note(&p);
+            let maps = mappings(&maps);
+            for m in &maps {
+                self.note(&m.path);
+            }
+            if self.maps.insert(pid, maps).is_none() {
+                self.order.push_back(pid);
+            }
+            while self.order.len() > MAX_PROCESSES {
+                if let Some(old) = self.order.pop_front() {
+                    self.maps.remove(&old);
+                }
             }
         }
+    }
+
+    /// The file address `addr` of process `pid` lay in, and its offset
+    /// there, from the process's maps as read while it lived.
+    pub(crate) fn locate(&self, pid: u32, addr: u64) -> Option<(&Path, u64)> {
+        let m = self
+            .maps
+            .get(&pid)?
+            .iter()
+            .find(|m| (m.start..m.end).contains(&addr))?;
+        Some((&m.path, m.offset + (addr - m.start)))
     }
 
     /// Notes the program a process named `comm` may have run, found in
@@ -111,23 +158,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maps_give_each_file_once_and_nothing_else() {
+    fn maps_give_file_mappings_only() {
         let maps = "\
 55d0c0000000-55d0c0001000 r--p 00000000 fe:01 131 /usr/bin/my prog
 55d0c0001000-55d0c0002000 r-xp 00001000 fe:01 131 /usr/bin/my prog
 55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0                          [heap]
-7f0000000000-7f0000001000 r-xp 00000000 fe:01 77   /usr/lib/libc.so.6
+7f0000000000-7f0000001000 r-xp 00028000 fe:01 77   /usr/lib/libc.so.6
 7f0000002000-7f0000003000 r-xp 00000000 fe:01 78   /tmp/gone.so (deleted)
 7f0000004000-7f0000005000 rw-p 00000000 00:00 0
 7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]
 ";
+        let m = mappings(maps);
+        let paths: Vec<&str> = m.iter().map(|m| m.path.to_str().unwrap()).collect();
         assert_eq!(
-            mapped_files(maps),
-            vec![
-                PathBuf::from("/usr/bin/my prog"),
-                PathBuf::from("/usr/lib/libc.so.6")
-            ]
+            paths,
+            ["/usr/bin/my prog", "/usr/bin/my prog", "/usr/lib/libc.so.6"]
         );
+        assert_eq!(
+            m[2],
+            Mapping {
+                start: 0x7f00_0000_0000,
+                end: 0x7f00_0000_1000,
+                offset: 0x28000,
+                path: "/usr/lib/libc.so.6".into()
+            }
+        );
+        let mut ids = BuildIds::default();
+        ids.maps.insert(7, m);
+        assert_eq!(
+            ids.locate(7, 0x7f00_0000_0010),
+            Some((Path::new("/usr/lib/libc.so.6"), 0x28010))
+        );
+        assert_eq!(ids.locate(7, 0x7f00_0000_1000), None);
+        assert_eq!(ids.locate(8, 0x7f00_0000_0010), None);
+    }
+
+    #[test]
+    fn the_maps_of_only_so_many_processes_are_kept() {
+        // This test's own process, noted under as many pids as are kept,
+        // and one more: the first is let go.
+        let mut ids = BuildIds::default();
+        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
+        // (Above any real pid: pid_max is at most 2^22.)
+        let first = 1 << 30;
+        for pid in first..=first + MAX_PROCESSES as u32 {
+            ids.maps.insert(pid, mappings(&own));
+            ids.order.push_back(pid);
+        }
+        ids.note_process(std::process::id());
+        assert_eq!(ids.maps.len(), MAX_PROCESSES);
+        assert!(!ids.maps.contains_key(&first) && !ids.maps.contains_key(&(first + 1)));
+        assert!(ids.maps.contains_key(&std::process::id()));
     }
 
     #[test]

@@ -65,6 +65,12 @@ fn kernel_offset(ksyms: &Kallsyms, probe: u64, name: &str, blazed: u64) -> u64 {
     }
 }
 
+/// A frame at offset `off` of `file` that has no symbol there.
+fn file_frame(file: &Path, off: u64) -> String {
+    let name = file.file_name().unwrap_or(file.as_os_str());
+    format!("{}+{off:#x}", name.to_string_lossy())
+}
+
 /// The addresses not yet known, each once.
 fn uncached(addrs: &[u64], known: impl Fn(u64) -> bool) -> Vec<u64> {
     let unknown: HashSet<u64> = addrs.iter().copied().filter(|&a| !known(a)).collect();
@@ -303,10 +309,7 @@ impl Symbols {
                 let f = match (res.get(i), &path) {
                     (Some(Symbolized::Sym(s)), _) => frames(s, 0),
                     _ if off >= size => vec![crate::reasons::UNKNOWN_NAME.to_string()],
-                    (_, Some(p)) => vec![format!(
-                        "{}+{off:#x}",
-                        p.file_name().unwrap_or(p.as_os_str()).to_string_lossy()
-                    )],
+                    (_, Some(p)) => vec![file_frame(p, off)],
                     (_, None) => vec![format!("[build-id:{}]+{off:#x}", build_ids::hex(&id))],
                 };
                 self.fcache.insert((id, off), f);
@@ -347,9 +350,10 @@ impl Symbols {
                 }
             }
             for (i, a) in missing.iter().enumerate() {
-                let f = match res.get(i) {
-                    Some(Symbolized::Sym(s)) => frames(s, 0),
-                    _ => vec![format!("{a:#x}")],
+                let f = match (res.get(i), self.files.locate(pid, *a)) {
+                    (Some(Symbolized::Sym(s)), _) => frames(s, 0),
+                    (_, Some((file, off))) => vec![file_frame(file, off)],
+                    (_, None) => vec![crate::reasons::UNKNOWN_NAME.to_string()],
                 };
                 self.ucache.insert((pid, *a), f);
             }
@@ -417,6 +421,30 @@ mod tests {
     #[inline(never)]
     extern "C" fn td_build_id_probe() -> u64 {
         std::hint::black_box(7)
+    }
+
+    #[test]
+    fn addresses_without_a_symbol_are_shown_by_file_or_unknown() {
+        let pid = std::process::id();
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        // The ELF header's page: the executable's first mapping, no symbol.
+        let header = build_ids::mappings(&maps)
+            .into_iter()
+            .find(|m| m.path == exe && m.offset == 0)
+            .unwrap();
+        let heap = Box::new(0u64);
+        let mut s = Symbols::new(None, false);
+        s.remember_process(pid);
+        let got = s.user(
+            pid,
+            &[
+                UserFrame::Addr(header.start + 0x10),
+                UserFrame::Addr(&*heap as *const u64 as u64),
+            ],
+        );
+        let name = exe.file_name().unwrap().to_string_lossy();
+        assert_eq!(got, vec![format!("{name}+0x10"), "[unknown]".to_string()]);
     }
 
     #[test]
