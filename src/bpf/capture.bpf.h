@@ -72,7 +72,7 @@ static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 backg
 
 	/*
 	 * A constant either way (cfg is frozen): kernel-only records leave the
-	 * user frames' 4 KiB out, so the buffer holds four times as many.
+	 * user frames' 4 KiB out (1.1 KiB each: the buffer holds about 3,800).
 	 */
 	e = bpf_ringbuf_reserve(&samples,
 				cfg.user_stacks ? sizeof(*e) : offsetof(struct td_sample, ustack), 0);
