@@ -48,7 +48,7 @@ topdown serve --capture --listen 127.0.0.1:9476 --min-rate 5 --min-events 3 2>"$
 serve_pid=$!
 wait_line "$TD_TMP/serve.err" "^topdown: $F: watching for a reason to take over (threshold 80%)"
 
-timeout 30 wget -q -O "$TD_TMP/metrics.0" $URL/metrics || fail "scrape failed"
+http_get $URL/metrics "$TD_TMP/metrics.0" || fail "scrape failed"
 # The window: opened by a thread of serve's own, started for the request. The workload
 # begins once that thread is there, so that its every stack falls in the window; the
 # window (W s) outlasts the workload by seconds, checked below: stacks still on their
@@ -85,7 +85,7 @@ echo "workload done $((done_at - opened)) cs after the window opened ($W s)"
 	fail "the workload ended less than 2 s before the window ($W s): a host too busy for this case"
 wait $wget_pid || fail "the profile request failed"
 cat "$TD_TMP/serve.err"
-timeout 30 wget -q -O "$TD_TMP/metrics.1" $URL/metrics || fail "scrape failed"
+http_get $URL/metrics "$TD_TMP/metrics.1" || fail "scrape failed"
 all=0
 for r in $REASONS; do
 	echo "stacks of $r: $(stacks 0 $r) before the window, $(grown $r) in it"

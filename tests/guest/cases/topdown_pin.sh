@@ -282,8 +282,8 @@ wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9476/metrics"
 # not the scrape.
 mkdir $ROOT/bogus
 # Asked for OpenMetrics, as Prometheus asks (the text format is checked by topdown_sync).
-timeout 30 wget -q -O "$TD_TMP/metrics" --header "Accept: application/openmetrics-text;version=1.0.0" \
-	http://127.0.0.1:9476/metrics || fail "scrape failed"
+http_get http://127.0.0.1:9476/metrics "$TD_TMP/metrics" --header "Accept: application/openmetrics-text;version=1.0.0" ||
+	fail "scrape failed"
 rmdir $ROOT/bogus
 head -5 "$TD_TMP/metrics"
 grep -qx 'topdown_read_error{function="bogus"} 1' "$TD_TMP/metrics" || fail "no read error for bogus"

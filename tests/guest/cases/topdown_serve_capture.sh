@@ -30,7 +30,7 @@ else
 fi
 URL=http://127.0.0.1:9477
 scrape() {
-	timeout 30 wget -q -O "$TD_TMP/metrics" $URL/metrics || fail "scrape failed"
+	http_get $URL/metrics "$TD_TMP/metrics" || fail "scrape failed"
 }
 metric() {
 	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'
@@ -67,7 +67,7 @@ else
 fi
 wait_line "$TD_TMP/serve.err" "^topdown: $F: $R1 has 100.0% of calls (.*threshold 80%): capturing its stacks"
 sleep 1.2
-timeout 30 wget -q -O "$TD_TMP/prof.gz" "$URL/debug/pprof/topdown?seconds=5&function=$F" &
+timeout 90 wget -q -O "$TD_TMP/prof.gz" "$URL/debug/pprof/topdown?seconds=5&function=$F" &
 wget_pid=$!
 sleep 0.5
 kill -USR1 $thp_pid

@@ -36,7 +36,7 @@ stacks_of() {
 
 # served REASON: topdown_stacks_total of REASON (serve's /metrics).
 served() {
-	timeout 30 wget -q -O "$TD_TMP/metrics" $URL/metrics || fail "scrape failed"
+	http_get $URL/metrics "$TD_TMP/metrics" || fail "scrape failed"
 	_v=$(grep "^topdown_stacks_total{function=\"$F\",reason=\"$1\"} " "$TD_TMP/metrics" | sed 's/.* //')
 	echo "${_v:-0}"
 }

@@ -48,9 +48,7 @@ reason_shown() {
 	echo "${_v:-0}"
 }
 scrape() {
-	# The limit names a hang; it is no bound on the scrape's cost (the first may read
-	# /proc/kallsyms, over 30 s once on 5.10 with the host busy).
-	timeout 90 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9476/metrics || fail "scrape failed"
+	http_get http://127.0.0.1:9476/metrics "$TD_TMP/metrics" || fail "scrape failed"
 }
 metric() {
 	grep "^$1 " "$TD_TMP/metrics" | sed 's/.* //'

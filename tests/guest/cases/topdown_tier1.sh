@@ -127,7 +127,7 @@ expect_eq "max-reasons 1, saved result: total" "$(grep -o '"total":[0-9]*' "$TD_
 topdown serve --listen 127.0.0.1:9478 2>"$TD_TMP/serve.err" &
 serve=$!
 wait_line "$TD_TMP/serve.err" "serving http"
-wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9478/metrics || fail "scrape failed"
+http_get http://127.0.0.1:9478/metrics "$TD_TMP/metrics" || fail "scrape failed"
 kill -INT $serve
 wait_exit $serve "topdown serve" || fail "serve exited with $?"
 sed -n 's/^topdown_calls_total{function="deferred_split_folio",reason="\([^"]*\)"} \([0-9]*\)$/\1 \2/p' "$TD_TMP/metrics" >"$TD_TMP/series"

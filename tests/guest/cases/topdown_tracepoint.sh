@@ -164,7 +164,7 @@ if [ -d /sys/fs/bpf ]; then
 	topdown serve --listen 127.0.0.1:9477 2>"$TD_TMP/serve.err" &
 	serve_pid=$!
 	wait_line "$TD_TMP/serve.err" "serving http://127.0.0.1:9477/metrics"
-	timeout 30 wget -q -O "$TD_TMP/metrics" http://127.0.0.1:9477/metrics || fail "scrape failed"
+	http_get http://127.0.0.1:9477/metrics "$TD_TMP/metrics" || fail "scrape failed"
 	kill -INT $serve_pid
 	wait_exit $serve_pid "topdown serve" || fail "serve exited with $?"
 	grep -q '^topdown_calls_total{function="sched_switch",reason="NANOSLEEP"' "$TD_TMP/metrics" ||
