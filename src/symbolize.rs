@@ -244,7 +244,9 @@ impl Symbols {
     /// Knows the program a process named `comm` may have run, from the
     /// directories of PATH: for a process gone before its maps were read.
     pub(crate) fn know_command(&mut self, comm: &str) {
-        if self.known_comms.insert(comm.to_string()) {
+        // Asked once a sample: no allocation for a name looked for already.
+        if !self.known_comms.contains(comm) {
+            self.known_comms.insert(comm.to_string());
             let path = std::env::var("PATH").unwrap_or_default();
             self.files.note_command(comm, &path);
         }
