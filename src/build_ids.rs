@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 pub(crate) type BuildId = [u8; 20];
 
 /// `id` zero-padded to 20 bytes; None if it is longer.
-fn padded(id: &[u8]) -> Option<BuildId> {
+pub(crate) fn padded(id: &[u8]) -> Option<BuildId> {
     let mut out = [0u8; 20];
     out.get_mut(..id.len())?.copy_from_slice(id);
     Some(out)

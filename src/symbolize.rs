@@ -454,8 +454,7 @@ mod tests {
         assert_eq!(td_build_id_probe(), 7);
         let exe = std::env::current_exe().unwrap();
         let id = blazesym::helper::read_elf_build_id(&exe).unwrap().unwrap();
-        let mut build_id = [0u8; 20];
-        build_id[..id.len()].copy_from_slice(&id);
+        let build_id = build_ids::padded(&id).unwrap();
         let inspector = blazesym::inspect::Inspector::new();
         let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf::new(&exe));
         let found = inspector.lookup(&src, &["td_build_id_probe"]).unwrap();
