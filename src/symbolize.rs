@@ -28,6 +28,9 @@ pub(crate) struct Symbols {
     /// Command names looked for along PATH.
     known_comms: HashSet<String>,
     cached_pids: HashSet<u32>,
+    /// A uprobe's file, and FUNC's virtual address in it: names the call
+    /// sites in that file of a process already gone (see user_caller).
+    target: Option<(PathBuf, u64)>,
     /// Say why symbolization failed (--verbose).
     verbose: bool,
 }
@@ -103,6 +106,7 @@ impl Symbols {
             fcache: HashMap::new(),
             files: BuildIds::default(),
             known_comms: HashSet::new(),
+            target: None,
             cached_pids: HashSet::new(),
             verbose,
         }
@@ -184,10 +188,35 @@ impl Symbols {
         addrs.iter().flat_map(|a| self.kcache[a].clone()).collect()
     }
 
-    /// Knows `path` by its build ID: frames in it can be named after the
-    /// process that ran it has gone (a uprobe's binary).
-    pub(crate) fn know_file(&mut self, path: &Path) {
+    /// Knows a uprobe's file `path`, whose function at virtual address
+    /// `func` it traces: by its build ID, so that frames in it are named
+    /// after the process that ran it has gone; and its call sites in it,
+    /// from where the process had FUNC.
+    pub(crate) fn know_target(&mut self, path: &Path, func: u64) {
         self.files.note(path);
+        self.target = Some((path.to_path_buf(), func));
+    }
+
+    /// The function a return address `ret` lies in, and its frame, for a
+    /// process gone before its maps were read: FUNC was at `func_at`
+    /// there, so the target file was mapped `func_at - FUNC` from its own
+    /// addresses. A caller in another file (a program calling a library's
+    /// FUNC) is outside the file's symbols: None. The frame is named at
+    /// `ret` itself, as a live process's is (see user_addrs).
+    fn caller_in_target(&mut self, ret: u64, func_at: u64) -> Option<(String, Vec<String>)> {
+        let (path, func) = self.target.as_ref()?;
+        let vaddr = ret.checked_sub(func_at.checked_sub(*func)?)?;
+        let src = Source::Elf(Elf::new(path));
+        let res = self
+            .sym
+            .symbolize(&src, Input::VirtOffset(&[vaddr.checked_sub(1)?, vaddr]))
+            .ok()?;
+        match (res.first()?, res.get(1)?) {
+            (Symbolized::Sym(caller), Symbolized::Sym(at)) => {
+                Some((caller.name.to_string(), frames(at, 0)))
+            }
+            _ => None,
+        }
     }
 
     /// Remembers a process's mappings while it is alive, so its stacks can
@@ -371,12 +400,17 @@ fn kallsyms_frame(ksyms: &Kallsyms, ret: u64) -> Option<Vec<String>> {
 
 impl SourceLookup for Symbols {
     /// -1: the call instruction, not what follows it.
-    fn user_caller(&mut self, pid: u32, ret: u64) -> Option<String> {
+    fn user_caller(&mut self, pid: u32, ret: u64, func_at: Option<u64>) -> Option<String> {
         let name = self.user_function(pid, ret.checked_sub(1)?);
         // Its frame too, while the process may still be there: a stack
         // shows the caller by its address (see Stacks::symbolize).
         self.user_addrs(pid, &[ret]);
-        name
+        if name.is_some() {
+            return name;
+        }
+        let (name, frame) = self.caller_in_target(ret, func_at?)?;
+        self.ucache.insert((pid, ret), frame);
+        Some(name)
     }
 
     /// The kernel address's place in the source: only a vmlinux with DWARF
@@ -423,6 +457,43 @@ mod tests {
     #[inline(never)]
     extern "C" fn td_build_id_probe() -> u64 {
         std::hint::black_box(7)
+    }
+
+    /// A caller of td_build_id_probe's, for a return address in it.
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn td_site_caller() -> u64 {
+        td_build_id_probe() + 1
+    }
+
+    #[test]
+    fn a_gone_process_site_in_the_target_file_is_named_from_funcs_address() {
+        assert_eq!(td_site_caller(), 8);
+        let exe = std::env::current_exe().unwrap();
+        let inspector = blazesym::inspect::Inspector::new();
+        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf::new(&exe));
+        let func = inspector.lookup(&src, &["td_build_id_probe"]).unwrap()[0][0].addr;
+        // Where this process has them (the test binary is position independent).
+        let func_at = td_build_id_probe as *const () as usize as u64;
+        let ret = td_site_caller as *const () as usize as u64 + 4;
+        // No such process: its maps cannot be read.
+        let gone = u32::MAX - 1;
+        let mut s = Symbols::new(None, false);
+        s.know_target(&exe, func);
+        assert_eq!(
+            s.user_caller(gone, ret, Some(func_at)).as_deref(),
+            Some("td_site_caller")
+        );
+        // Its frame in the stacks too.
+        assert_eq!(
+            s.user(gone, &[UserFrame::Addr(ret)]),
+            vec!["td_site_caller+0x0".to_string()]
+        );
+        // Without FUNC's address, or outside the file: not named.
+        assert_eq!(s.user_caller(gone, ret, None), None);
+        let heap = Box::new(0u64);
+        let outside = &*heap as *const u64 as u64;
+        assert_eq!(s.user_caller(gone, outside, Some(func_at)), None);
     }
 
     #[test]
@@ -477,7 +548,7 @@ mod tests {
         let unknown = format!("[build-id:{}]+{offset:#x}", build_ids::hex(&build_id));
         assert_eq!(s.user(1, &stack[..1]), vec![unknown]);
         let mut s = Symbols::new(None, false);
-        s.know_file(&exe);
+        s.know_target(&exe, 0);
         assert_eq!(
             s.user(1, &stack),
             vec![

@@ -19,6 +19,9 @@ pub(crate) struct UserTarget {
     pub(crate) func: String,
     /// FUNC's entry as a file offset: what a uprobe is attached at.
     pub(crate) offset: u64,
+    /// FUNC's entry as the file's virtual address: less FUNC's address in
+    /// a process, where the file is mapped there.
+    pub(crate) addr: u64,
 }
 
 impl UserTarget {
@@ -47,12 +50,13 @@ impl UserTarget {
             .into_iter()
             .flatten()
             .filter(|s| s.sym_type == SymType::Function || s.sym_type == SymType::Undefined)
-            .find_map(|s| s.file_offset.filter(|&o| o != 0));
+            .find_map(|s| Some((s.file_offset.filter(|&o| o != 0)?, s.addr)));
         match offset {
-            Some(offset) => Ok(UserTarget {
+            Some((offset, addr)) => Ok(UserTarget {
                 path,
                 func: func.to_string(),
                 offset,
+                addr,
             }),
             None => Err(Error::usage(format!(
                 "{func} is not a function defined in {}: searched {}",

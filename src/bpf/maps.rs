@@ -50,8 +50,9 @@ pub(crate) struct Maps {
     /// The pid filter's map (None for a pinned instance, which has none).
     pids: Option<MapHandle>,
     /// A uprobe's sites and pending sites, keyed by (tgid, return
-    /// address): None unless the object was loaded for a uprobe.
-    user: Option<(MapHandle, MapHandle)>,
+    /// address), and FUNC's address in each process: None unless the
+    /// object was loaded for a uprobe.
+    user: Option<(MapHandle, MapHandle, MapHandle)>,
     /// The global data as mapped into this process, and what this
     /// reader steers through it.
     ctl: Control,
@@ -210,8 +211,9 @@ impl Maps {
             user: Some((
                 handle(&m.usites, "usites")?,
                 handle(&m.upending, "upending")?,
+                handle(&m.ufuncs, "ufuncs")?,
             ))
-            .filter(|(s, _)| s.max_entries() > 1),
+            .filter(|(s, _, _)| s.max_entries() > 1),
             ctl: Control::map(&data, &bss, false)?,
             data,
             bss,
@@ -458,7 +460,7 @@ impl Maps {
     /// Reads a uprobe's pending table: keys of two u64s, the tgid (in the
     /// first word's low half) and the return address.
     pub(crate) fn read_upending(&self, out: &mut Pending) -> Result<()> {
-        let Some((_, upending)) = &self.user else {
+        let Some((_, upending, _)) = &self.user else {
             out.clear(1, percpu::USER_KEY_WORDS);
             return Ok(());
         };
@@ -473,7 +475,7 @@ impl Maps {
     /// Records the slot of user site (tgid, ret), and returns the slot the
     /// table holds; a full table leaves the site pending (not an error).
     pub(crate) fn add_user_site(&self, tgid: u32, ret: u64, slot: u32) -> Result<u32> {
-        let Some((usites, _)) = &self.user else {
+        let Some((usites, _, _)) = &self.user else {
             return Ok(slot);
         };
         let key = percpu::user_key(tgid, ret);
@@ -493,18 +495,30 @@ impl Maps {
     /// Removes user site (tgid, ret) from the site and pending tables (a
     /// process that has exited: nothing counts there any more).
     pub(crate) fn remove_user_site(&self, tgid: u32, ret: u64) -> Result<()> {
-        let Some((usites, upending)) = &self.user else {
+        let Some((usites, upending, ufuncs)) = &self.user else {
             return Ok(());
         };
         let key = percpu::user_key(tgid, ret);
-        for map in [usites, upending] {
-            match map.delete(&key) {
+        for (map, key) in [
+            (usites, &key[..]),
+            (upending, &key[..]),
+            (ufuncs, &tgid.to_ne_bytes()[..]),
+        ] {
+            match map.delete(key) {
                 Ok(()) => {}
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::bpf("pruning the user site tables", e)),
             }
         }
         Ok(())
+    }
+
+    /// FUNC's address in process `tgid`, as the uprobe found it at a call
+    /// from a site not resolved yet (see ufuncs in uprobe.bpf.h).
+    pub(crate) fn user_func_at(&self, tgid: u32) -> Option<u64> {
+        let (_, _, ufuncs) = self.user.as_ref()?;
+        let v = ufuncs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY).ok()??;
+        Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?))
     }
 
     /// The meta map's text (empty if never written).

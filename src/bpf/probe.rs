@@ -332,6 +332,7 @@ fn size_maps(
         for (map, what) in [
             (&mut open.maps.usites, "sizing the user site table"),
             (&mut open.maps.upending, "sizing the user pending table"),
+            (&mut open.maps.ufuncs, "sizing the user function table"),
         ] {
             map.set_max_entries(1).map_err(|e| Error::bpf(what, e))?;
         }

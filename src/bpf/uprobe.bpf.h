@@ -33,6 +33,19 @@ struct {
 	__type(value, __u64);
 } upending SEC(".maps");
 
+/*
+ * FUNC's address in each process that called it from a site not resolved
+ * yet: after the process has gone (its maps with it), a site's place in
+ * FUNC's file follows from it (return address - this + FUNC's address in
+ * the file). Least recently used out: a fork storm forgets the oldest.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, TD_MAX_SITES);
+	__type(key, __u32);	/* tgid */
+	__type(value, __u64);
+} ufuncs SEC(".maps");
+
 struct td_ukey _td_ukey = {};
 
 /*
@@ -102,6 +115,12 @@ int BPF_KPROBE(td_uprobe)
 		r = count_pending(&upending, &k, &n);
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
+	if (n == 1) {
+		/* A new site's first call on this CPU: where FUNC is. */
+		__u64 ip = PT_REGS_IP(ctx);
+
+		bpf_map_update_elem(&ufuncs, &k.tgid, &ip, BPF_ANY);
+	}
 	if (!cfg.stacks)
 		return 0;
 	if (n == 1)

@@ -125,7 +125,7 @@ fn trace_user(t: Trace) -> Result<Status> {
     let ksyms = Kallsyms::default();
     // Its frames are named by build ID after a process has gone.
     let mut symbols = Symbols::new(None, t.session.verbose);
-    symbols.know_file(&user.path);
+    symbols.know_target(&user.path, user.addr);
     let ctx = Context {
         ksyms: &ksyms,
         mapper: &mut mapper,

@@ -180,8 +180,9 @@ pub(crate) trait SourceLookup {
     fn source(&mut self, addr: u64) -> Option<SourceLoc>;
 
     /// The function that user return address `ret` of process `pid` lies
-    /// in (a uprobe's caller).
-    fn user_caller(&mut self, _pid: u32, _ret: u64) -> Option<String> {
+    /// in (a uprobe's caller); `func_at`: the traced function's address
+    /// in that process, if the uprobe recorded it.
+    fn user_caller(&mut self, _pid: u32, _ret: u64, _func_at: Option<u64>) -> Option<String> {
         None
     }
 }

@@ -379,8 +379,10 @@ fn resolve(
 }
 
 /// The slot of a new user call site (tgid, ret): its caller function,
-/// symbolized in its process, routed as the profile says; [unknown] where
-/// the process is gone and its mappings were never read.
+/// symbolized in its process, routed as the profile says. Where the
+/// process is gone and its mappings were never read, a caller in the
+/// traced file is still named, from where the uprobe found FUNC; any
+/// other is [unknown].
 fn resolve_user(
     maps: &Maps,
     mapper: &mut Mapper,
@@ -388,7 +390,7 @@ fn resolve_user(
     tgid: u32,
     ret: u64,
 ) -> Result<u32> {
-    let caller = src.and_then(|s| s.user_caller(tgid, ret));
+    let caller = src.and_then(|s| s.user_caller(tgid, ret, maps.user_func_at(tgid)));
     let s = mapper.classify_name(caller.as_deref().unwrap_or(UNKNOWN_NAME));
     let s = mapper.claim(maps, s)?;
     maps.add_user_site(tgid, ret, s)

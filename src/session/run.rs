@@ -315,8 +315,12 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let waited = self.stacks.wait(timeout);
         self.probe.maps().own(self.own);
         waited?;
-        self.stacks
-            .absorb(self.ksyms.get(), self.mapper, &mut self.state);
+        self.stacks.absorb(
+            self.probe.maps(),
+            self.ksyms.get(),
+            self.mapper,
+            &mut self.state,
+        );
         // New call sites are resolved within a tick whatever the print
         // interval: until then each of their calls takes the pending
         // path, several times the cost of a resolved one. (Ticks poll
@@ -510,8 +514,12 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let prog = self.probe.prog_stats().since(&self.base_prog);
         let (totals, stats, gates) = match (|| {
             detached?;
-            self.stacks
-                .drain(self.ksyms.get(), self.mapper, &mut self.state)?;
+            self.stacks.drain(
+                self.probe.maps(),
+                self.ksyms.get(),
+                self.mapper,
+                &mut self.state,
+            )?;
             let totals = self.totals()?;
             let gates = since_gates(
                 &self.probe.maps().reason_stacks(0..=NR_SLOTS as u32)?,

@@ -103,9 +103,15 @@ impl Stacks {
         }
     }
 
-    pub(super) fn absorb(&mut self, ksyms: &Kallsyms, mapper: &mut Mapper, state: &mut State) {
+    pub(super) fn absorb(
+        &mut self,
+        maps: &Maps,
+        ksyms: &Kallsyms,
+        mapper: &mut Mapper,
+        state: &mut State,
+    ) {
         let targets = state.targets();
-        let (captured, background) = self.take(ksyms, mapper, &targets);
+        let (captured, background) = self.take(maps, ksyms, mapper, &targets);
         for (reason, stack, process, ts) in captured {
             state.add_stack(reason, stack, process, ts, false);
         }
@@ -120,6 +126,7 @@ impl Stacks {
     /// other reasons are kept, not returned (see `publish`).
     pub(super) fn take(
         &mut self,
+        maps: &Maps,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
         targets: &[u32],
@@ -142,7 +149,9 @@ impl Stacks {
             // A uprobe's calls from sites not resolved yet come untagged:
             // named now, while their process may still be there.
             for s in samples.iter_mut().filter(|s| s.reason == SLOT_NONE) {
-                let name = self.symbols.user_caller(s.pid, s.caller);
+                let name = self
+                    .symbols
+                    .user_caller(s.pid, s.caller, maps.user_func_at(s.pid));
                 s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
                 // Shown below, and counted apart from the reason's own.
                 if !s.background && targets.contains(&s.reason) {
@@ -227,6 +236,7 @@ impl Stacks {
 
     pub(super) fn drain(
         &mut self,
+        maps: &Maps,
         ksyms: &Kallsyms,
         mapper: &mut Mapper,
         state: &mut State,
@@ -234,7 +244,7 @@ impl Stacks {
         if let Some(c) = &self.capture {
             c.drain()?;
         }
-        self.absorb(ksyms, mapper, state);
+        self.absorb(maps, ksyms, mapper, state);
         Ok(())
     }
 }

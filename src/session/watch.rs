@@ -197,7 +197,9 @@ impl Watch {
             c.drain()?;
         }
         let targets = self.trigger.targets();
-        let (mut taken, background) = self.stacks.take(ksyms, &mut self.mapper, &targets);
+        let (mut taken, background) =
+            self.stacks
+                .take(self.probe.maps(), ksyms, &mut self.mapper, &targets);
         for (slot, ..) in &taken {
             *self.shown.entry(*slot).or_default() += 1;
         }
