@@ -179,10 +179,8 @@ impl LoadConfig {
     pub(crate) fn write(&self, dst: &mut types::td_config) {
         dst.func_addr = self.func_addr;
         dst.verify_caller = self.verify_caller.into();
+        // User frames come by build ID (BPF_F_USER_BUILD_ID, 4.18 on).
         dst.user_stacks = self.user_stacks.into();
-        // Every kernel of the matrix has it (4.18): frames name their
-        // file, so they can be named after the process has gone.
-        dst.user_build_id = self.user_stacks.into();
         dst.stack_bytes = self.stack_frames.clamp(1, MAX_STACK_FRAMES) * 8;
         dst.sample_every = self.sample_every.max(1);
         dst.stacks = self.stacks.into();

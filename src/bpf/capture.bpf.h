@@ -92,17 +92,14 @@ static __always_inline bool emit(void *ctx, __u64 ret, __u32 reason, __u32 backg
 	e->ustack_build_id = 0;
 	if (cfg.user_stacks) {
 		/*
-		 * A frame the kernel cannot give a build ID for (its file's
-		 * first page not in memory, the mm's lock taken) comes as an
-		 * address (BPF_STACK_BUILD_ID_IP).
+		 * By build ID and file offset, which name a frame after its
+		 * process has gone. A frame the kernel cannot give a build ID
+		 * for (its file's first page not in memory, the mm's lock
+		 * taken) comes as an address (BPF_STACK_BUILD_ID_IP).
 		 */
-		e->ustack_build_id = cfg.user_build_id;
-		if (cfg.user_build_id)
-			e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes * 4,
-							BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
-		else
-			e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes,
-							BPF_F_USER_STACK);
+		e->ustack_build_id = 1;
+		e->ustack_bytes = bpf_get_stack(ctx, e->ustack, cfg.stack_bytes * 4,
+						BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
 	}
 	/*
 	 * No wake-up per stack: topdown reads the buffer on its 50 ms ticks.

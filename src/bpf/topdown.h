@@ -267,8 +267,6 @@ struct td_config {
 	 * instance: with no reader, its new sites stay pending; see td_fresh).
 	 */
 	__u8 fresh;
-	/* User frames as build ID and file offset (BPF_F_USER_BUILD_ID). */
-	__u8 user_build_id;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;
