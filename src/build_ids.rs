@@ -25,7 +25,7 @@ pub(crate) fn hex(id: &BuildId) -> String {
 
 /// Processes whose maps are kept: a run that meets many short-lived ones
 /// keeps a bounded part of them (their files' build IDs stay known).
-const MAX_PROCESSES: usize = 1024;
+pub(crate) const MAX_PROCESSES: usize = 1024;
 
 /// A file-backed mapping of a process: addresses [start, end) map the file
 /// from `offset` on.

@@ -16,7 +16,13 @@ use crate::kallsyms::{base_name, Kallsyms};
 use crate::reasons::{SourceLoc, SourceLookup};
 
 pub(crate) struct Symbols {
+    /// The kernel's and files' symbols.
     sym: Symbolizer,
+    /// Processes' maps and symbols: forgotten, with `cached_pids` and
+    /// `ucache`, every MAX_PROCESSES processes, so a long run among many
+    /// short-lived processes stays bounded (blazesym keeps each process's
+    /// maps until its symbolizer is dropped).
+    procs: Symbolizer,
     /// blazesym's kernel source when there is debug info to read (a
     /// vmlinux, or in tests an ELF image); None: kallsyms.
     kernel: Option<Source<'static>>,
@@ -100,6 +106,7 @@ impl Symbols {
         });
         Symbols {
             sym: Symbolizer::new(),
+            procs: Symbolizer::new(),
             kernel,
             kcache: HashMap::new(),
             ucache: HashMap::new(),
@@ -228,10 +235,16 @@ impl Symbols {
             // those most processes map.
             self.files.note_process(std::process::id());
         }
+        if !self.cached_pids.contains(&pid) && self.cached_pids.len() >= build_ids::MAX_PROCESSES {
+            // Build ID frames keep their names: files stay known.
+            self.procs = Symbolizer::new();
+            self.cached_pids.clear();
+            self.ucache.clear();
+        }
         if self.cached_pids.insert(pid) {
             // A process that is already gone has nothing left to cache.
             let r = self
-                .sym
+                .procs
                 .cache(&cache::Cache::Process(cache::Process::new(Pid::from(pid))));
             if let (Err(e), true) = (r, self.verbose) {
                 eprintln!("topdown: cannot keep the mappings of pid {pid}: {e}");
@@ -262,12 +275,12 @@ impl Symbols {
                 Symbolized::Unknown(_) => None,
             }
         };
-        if let Some(n) = name(&self.sym) {
+        if let Some(n) = name(&self.procs) {
             return Some(n);
         }
         let fresh = cache::Cache::Process(cache::Process::new(Pid::from(pid)));
-        self.sym.cache(&fresh).ok()?;
-        name(&self.sym)
+        self.procs.cache(&fresh).ok()?;
+        name(&self.procs)
     }
 
     /// Knows the program a process named `comm` may have run, from the
@@ -361,9 +374,9 @@ impl Symbols {
                 ..Process::new(Pid::from(pid))
             });
             let res = self
-                .sym
+                .procs
                 .symbolize(&live, Input::AbsAddr(&missing))
-                .or_else(|_| self.sym.symbolize(&exited, Input::AbsAddr(&missing)));
+                .or_else(|_| self.procs.symbolize(&exited, Input::AbsAddr(&missing)));
             let res = match res {
                 Ok(r) => r,
                 Err(e) => {
@@ -557,6 +570,22 @@ mod tests {
                 format!("[build-id:{}]+0x10", "ab".repeat(20)),
             ]
         );
+    }
+
+    #[test]
+    fn the_processes_kept_are_bounded() {
+        let mut s = Symbols::new(None, false);
+        // No such processes: each is noted, and nothing read.
+        let first = u32::MAX - 3 * build_ids::MAX_PROCESSES as u32;
+        for pid in first..first + build_ids::MAX_PROCESSES as u32 {
+            s.remember_process(pid);
+        }
+        assert_eq!(s.cached_pids.len(), build_ids::MAX_PROCESSES);
+        s.remember_process(first);
+        assert_eq!(s.cached_pids.len(), build_ids::MAX_PROCESSES);
+        // One more: all are forgotten, and it is the first kept.
+        s.remember_process(first + build_ids::MAX_PROCESSES as u32);
+        assert_eq!(s.cached_pids.len(), 1);
     }
 
     #[test]
