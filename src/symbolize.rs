@@ -413,7 +413,12 @@ fn kallsyms_frame(ksyms: &Kallsyms, ret: u64) -> Option<Vec<String>> {
 
 impl SourceLookup for Symbols {
     /// -1: the call instruction, not what follows it.
-    fn user_caller(&mut self, pid: u32, ret: u64, func_at: Option<u64>) -> Option<String> {
+    fn user_caller(
+        &mut self,
+        pid: u32,
+        ret: u64,
+        func_at: &dyn Fn() -> Option<u64>,
+    ) -> Option<String> {
         let name = self.user_function(pid, ret.checked_sub(1)?);
         // Its frame too, while the process may still be there: a stack
         // shows the caller by its address (see Stacks::symbolize).
@@ -421,7 +426,7 @@ impl SourceLookup for Symbols {
         if name.is_some() {
             return name;
         }
-        let (name, frame) = self.caller_in_target(ret, func_at?)?;
+        let (name, frame) = self.caller_in_target(ret, func_at()?)?;
         self.ucache.insert((pid, ret), frame);
         Some(name)
     }
@@ -494,7 +499,7 @@ mod tests {
         let mut s = Symbols::new(None, false);
         s.know_target(&exe, func);
         assert_eq!(
-            s.user_caller(gone, ret, Some(func_at)).as_deref(),
+            s.user_caller(gone, ret, &|| Some(func_at)).as_deref(),
             Some("td_site_caller")
         );
         // Its frame in the stacks too.
@@ -503,10 +508,10 @@ mod tests {
             vec!["td_site_caller+0x0".to_string()]
         );
         // Without FUNC's address, or outside the file: not named.
-        assert_eq!(s.user_caller(gone, ret, None), None);
+        assert_eq!(s.user_caller(gone, ret, &|| None), None);
         let heap = Box::new(0u64);
         let outside = &*heap as *const u64 as u64;
-        assert_eq!(s.user_caller(gone, outside, Some(func_at)), None);
+        assert_eq!(s.user_caller(gone, outside, &|| Some(func_at)), None);
     }
 
     #[test]

@@ -495,22 +495,21 @@ impl Maps {
     /// Removes user site (tgid, ret) from the site and pending tables (a
     /// process that has exited: nothing counts there any more).
     pub(crate) fn remove_user_site(&self, tgid: u32, ret: u64) -> Result<()> {
-        let Some((usites, upending, ufuncs)) = &self.user else {
+        let Some((usites, upending, _)) = &self.user else {
             return Ok(());
         };
         let key = percpu::user_key(tgid, ret);
-        for (map, key) in [
-            (usites, &key[..]),
-            (upending, &key[..]),
-            (ufuncs, &tgid.to_ne_bytes()[..]),
-        ] {
-            match map.delete(key) {
-                Ok(()) => {}
-                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::bpf("pruning the user site tables", e)),
-            }
+        delete_quietly(usites, &key)?;
+        delete_quietly(upending, &key)
+    }
+
+    /// Forgets where FUNC was in process `tgid` (exited; its sites are
+    /// removed one by one, this once).
+    pub(crate) fn forget_user_process(&self, tgid: u32) -> Result<()> {
+        match &self.user {
+            Some((_, _, ufuncs)) => delete_quietly(ufuncs, &tgid.to_ne_bytes()),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// FUNC's address in process `tgid`, as the uprobe found it at a call
@@ -730,6 +729,15 @@ impl NameTable for Maps {
             }
             Err(e) => Err(Error::bpf("naming a reason slot", e)),
         }
+    }
+}
+
+/// Deletes `key` from a user table; an entry already gone is no error.
+fn delete_quietly(map: &MapHandle, key: &[u8]) -> Result<()> {
+    match map.delete(key) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::bpf("pruning the user site tables", e)),
     }
 }
 

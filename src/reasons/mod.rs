@@ -181,8 +181,14 @@ pub(crate) trait SourceLookup {
 
     /// The function that user return address `ret` of process `pid` lies
     /// in (a uprobe's caller); `func_at`: the traced function's address
-    /// in that process, if the uprobe recorded it.
-    fn user_caller(&mut self, _pid: u32, _ret: u64, _func_at: Option<u64>) -> Option<String> {
+    /// in that process, if the uprobe recorded it (a map lookup, made
+    /// only where the process's maps cannot name the caller).
+    fn user_caller(
+        &mut self,
+        _pid: u32,
+        _ret: u64,
+        _func_at: &dyn Fn() -> Option<u64>,
+    ) -> Option<String> {
         None
     }
 }

@@ -117,8 +117,12 @@ impl Poller {
                 self.last_prune = Some(Instant::now());
                 let gone = self
                     .prune_user(|tgid| !std::path::Path::new(&format!("/proc/{tgid}")).exists());
+                let processes: HashSet<u32> = gone.iter().map(|&(t, _)| t).collect();
                 for (tgid, ret) in gone {
                     maps.remove_user_site(tgid, ret)?;
+                }
+                for tgid in processes {
+                    maps.forget_user_process(tgid)?;
                 }
             }
         }
@@ -390,7 +394,7 @@ fn resolve_user(
     tgid: u32,
     ret: u64,
 ) -> Result<u32> {
-    let caller = src.and_then(|s| s.user_caller(tgid, ret, maps.user_func_at(tgid)));
+    let caller = src.and_then(|s| s.user_caller(tgid, ret, &|| maps.user_func_at(tgid)));
     let s = mapper.classify_name(caller.as_deref().unwrap_or(UNKNOWN_NAME));
     let s = mapper.claim(maps, s)?;
     maps.add_user_site(tgid, ret, s)
