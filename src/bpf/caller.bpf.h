@@ -434,6 +434,20 @@ static __always_inline int tp_unwind(void *ctx, struct td_scratch *s)
 /* The byte offsets from ctx of the words a tracepoint's quick read may take. */
 #define TD_TP_OFFSETS ((TD_TP_SCAN - 1) * 8)
 
+/*
+ * A return address read from the stack as the unwinder gives it: on arm64
+ * a frame record's is signed (pointer authentication), and the signature's
+ * bits, above the address's, are set again.
+ */
+static __always_inline __u64 kernel_ret(__u64 w)
+{
+#if defined(__TARGET_ARCH_arm64)
+	return w | 0xffff000000000000ULL;
+#else
+	return w;
+#endif
+}
+
 /* One word, a guarded plain load where the kernel has bpf_rdonly_cast. */
 static __always_inline __u64 tp_word(void *at)
 {
@@ -457,7 +471,7 @@ static __always_inline __u64 tp_word(void *at)
  */
 static __always_inline __u64 tp_caller_quick(void *ctx)
 {
-	return tp_word(ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS));
+	return kernel_ret(tp_word(ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS)));
 }
 
 /* Where among the words above ctx `ret` is, for the quick read to take it. */
@@ -468,7 +482,7 @@ static __noinline void tp_learn(void *ctx, __u64 ret)
 
 		if (bpf_probe_read_kernel(&w, sizeof(w), ctx + i * 8))
 			return;
-		if (w == ret) {
+		if (kernel_ret(w) == ret) {
 			tp_off = i * 8;
 			return;
 		}

@@ -94,6 +94,7 @@ struct td_scratch {
 	__u64 ips[TD_UNWIND_FRAMES + TD_MAX_RULE_DEPTH];
 	__s32 caller;		/* the caller's index in ips (see caller_index) */
 	__s32 deep_caller;	/* its index in deep.callers (see deep_reason) */
+	__u64 at;		/* a stack address, as a number (see tp_quick_frames) */
 	struct td_early_key early;
 };
 

@@ -200,9 +200,18 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		ret = fentry_caller(ctx);
 		r = site_reason(ret, &flag);
 	}
+	/*
+	 * A deeper-frame caller's frames the quick way where they were
+	 * learned (5.17 and later), else the checked way's unwind.
+	 */
 	if (kind == TD_TP && (!hit || verify_all)) {
-		ret = tp_caller(ctx, quick);
-		r = site_reason(ret, &flag);
+		r = TD_SLOT_NONE;
+		if (loops && !verify_all)
+			r = tp_quick_reason(ctx, quick, loops);
+		if (r == TD_SLOT_NONE) {
+			ret = tp_caller(ctx, quick);
+			r = site_reason(ret, &flag);
+		}
 	}
 	/*
 	 * `hit` stays the quick read's (a flagged entry it names counts): the

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 10,
+	TD_LAYOUT_VERSION = 11,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
@@ -123,6 +123,12 @@ enum td_stat {
 	 * read missed (see fentry_caller_quick).
 	 */
 	TD_STAT_UNCACHED,
+	/*
+	 * --verify-caller, a tracepoint's deeper-frame caller: the calls
+	 * whose frames were read from the stack as well as unwound, and
+	 * compared (see tp_quick_frames; a difference is a mismatch).
+	 */
+	TD_STAT_VERIFY_FRAMES,
 	TD_NR_STATS,
 };
 

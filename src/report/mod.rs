@@ -257,6 +257,9 @@ pub(crate) struct Verify {
     pub(crate) checked: u64,
     pub(crate) mismatches: u64,
     pub(crate) unwind_failed: u64,
+    /// A tracepoint's deeper frames read from the stack and checked
+    /// against the unwind's (a difference counts as a mismatch).
+    pub(crate) frames_checked: u64,
     /// Call sites by what the instruction before them says: a full
     /// unwind cannot see a function that jumped to FUNC, this can.
     #[serde(flatten)]

@@ -210,8 +210,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if let Some(v) = sum.verify {
         let _ = writeln!(
             s,
-            "  caller check against full unwind: checked={}, mismatches={}, unwind failed={}",
-            v.checked, v.mismatches, v.unwind_failed
+            "  caller check against full unwind: checked={}, mismatches={}, unwind failed={}, \
+             frames checked={}",
+            v.checked, v.mismatches, v.unwind_failed, v.frames_checked
         );
         let t = &v.sites;
         let _ = writeln!(

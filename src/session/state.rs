@@ -406,6 +406,7 @@ impl State {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),
                 unwind_failed: st.get(Stat::TD_STAT_VERIFY_UNWIND_FAILED),
+                frames_checked: st.get(Stat::TD_STAT_VERIFY_FRAMES),
                 sites: end.tail_sites,
             }),
             uncached: st.get(Stat::TD_STAT_UNCACHED),

@@ -16,7 +16,8 @@
 #   elsewhere are PREEMPTED);
 # both filtered to the workload's process (-p). Then the firing function alone
 # (--no-profile): one row, every call; stacks on demand and by themselves, without
-# the tracing glue; a misspelt tracepoint or category, one line naming close ones.
+# the tracing glue; a misspelt tracepoint or category, one line naming close ones;
+# the deeper frames read from the stack equal the unwind's (--verify-caller).
 . "$TD_LIB"
 need_cmd topdown faults sleeps
 
@@ -190,6 +191,30 @@ if grep -q "bpf_trace_run\|__traceiter_\|__bpf_trace_" "$TD_TMP/raw.folded"; the
 	fail "raw_tp: glue in the stacks: $(head -3 "$TD_TMP/raw.folded")"
 fi
 echo "ok: raw_tp sched_switch: $(head -1 "$TD_TMP/raw.folded" | cut -c1-200)"
+
+# --verify-caller, system-wide: a deeper-frame caller's frames are read from the stack
+# once learned (x86-64, from 5.17: tp_quick_frames), and on every call that reads them
+# they are compared with the unwind's: no mismatch, and some compared where they are
+# read so. Faults, sleeps and a walk of the file system, so that many paths are
+# learned (a system call's variable frame among them).
+for tp in kmem:mm_page_alloc sched:sched_switch; do
+	td_start "t:$tp" --verify-caller
+	td_ready
+	for _ in 1 2 3; do
+		faults touch 2000 >/dev/null 2>&1
+		sleeps 50 1 >/dev/null 2>&1
+		find / -xdev >/dev/null 2>&1
+	done
+	td_stop INT
+	expect_eq "$tp --verify-caller: exit status" "$TD_RC" 0
+	expect_eq "$tp --verify-caller: mismatches" "$(summary_num mismatches)" 0
+	expect_eq "$tp --verify-caller: unwind failed" "$(summary_num unwind_failed)" 0
+	frames=$(summary_num frames_checked)
+	if [ "$TD_ARCH" = amd64 ] && [ "$TD_SUITE" != bullseye ]; then
+		[ "${frames:-0}" -gt 0 ] || fail "$tp --verify-caller: no frames read from the stack"
+	fi
+	echo "ok: $tp --verify-caller: $(summary_num checked) calls checked, frames read from the stack on ${frames:-0}, no mismatch"
+done
 
 # --save, then --baseline: the same workload again is no fix (exit status 3, or 4 if
 # too few calls to tell).
