@@ -5,8 +5,9 @@
 #     by the quick read (one word above the program's context, learnt once) and the
 #     site cache, with the bare per-CPU counter beside it (--companion bare);
 #   - topdown t:kmem:mm_page_alloc --no-auto: the built-in profile, whose reasons are
-#     in the frames above the firing function: an unwind of those frames and the rule
-#     walk on every event;
+#     in the frames above the firing function: those frames read from the stack once
+#     learned (x86-64 from 5.17; elsewhere an unwind every event; the first events
+#     of a path are unwound and teach the frames) and the rule walk on every event;
 #   - bpftrace's `tracepoint:kmem:mm_page_alloc { @[kstack(3)] = count(); }` and
 #     `{ @n = count(); }`, if the guest has bpftrace (tests/guest/run --bpftrace).
 # Each figure is run_time_ns / run_cnt (kernel.bpf_stats_enabled=1, read with bpftool)
@@ -110,7 +111,7 @@ c=$(median count) cb=$(median count.bare) p=$(median profile) pb=$(median profil
 [ -n "$c" ] && [ -n "$p" ] || fail "missing figures: $(cat "$TD_TMP/results")"
 echo "bench: tracepoint $TP on $TD_KERNEL, ns per event (median of $((ROUNDS * WINDOWS)) windows):"
 echo "bench:   topdown --no-profile (firing function): $c ns; bare counter beside it: $cb ns"
-echo "bench:   topdown, built-in profile (unwind + rules): $p ns"
+echo "bench:   topdown, built-in profile (frames + rules): $p ns"
 if [ -n "$bt" ]; then
 	k=$(median bt.kstack) n=$(median bt.count)
 	echo "bench:   bpftrace $bt_version { @[kstack(3)] = count(); }: $k ns; { @n = count(); }: $n ns"
