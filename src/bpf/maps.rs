@@ -53,6 +53,9 @@ pub(crate) struct Maps {
     /// address), and FUNC's address in each process: None unless the
     /// object was loaded for a uprobe.
     user: Option<(MapHandle, MapHandle, MapHandle)>,
+    /// A tracepoint's learned frame distances (td_frame_cache; None for a
+    /// pinned instance: not pinned, its program keeps it).
+    frames: Option<MapHandle>,
     /// The global data as mapped into this process, and what this
     /// reader steers through it.
     ctl: Control,
@@ -214,6 +217,7 @@ impl Maps {
                 handle(&m.ufuncs, "ufuncs")?,
             ))
             .filter(|(s, _, _)| s.max_entries() > 1),
+            frames: Some(handle(&m.frame_cache, "frame_cache")?),
             ctl: Control::map(&data, &bss, false)?,
             data,
             bss,
@@ -242,6 +246,7 @@ impl Maps {
             meta: open("meta")?,
             pids: None,
             user: None,
+            frames: None,
             // A pinned instance's reader steers under a lease.
             ctl: Control::map(&data, &bss, true)?,
             data,
@@ -437,6 +442,36 @@ impl Maps {
             Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::bpf("forgetting an unloaded module's call site", e)),
         }
+    }
+
+    /// Empties the tracepoint's learned frame distances (see
+    /// tp_quick_frames): a module was unloaded, and the next loaded may
+    /// reuse its addresses with frames of other sizes. The program learns
+    /// them again from its next unwinds.
+    pub(crate) fn forget_frames(&self) -> Result<()> {
+        let Some(frames) = &self.frames else {
+            return Ok(());
+        };
+        let zeros = vec![0u8; frames.value_size() as usize];
+        frames
+            .update(&ZERO_KEY, &zeros, MapFlags::ANY)
+            .map_err(|e| Error::bpf("emptying the learned frames", e))
+    }
+
+    /// The learned frame entries that are not empty, after entry `at` is
+    /// set to `v` if given.
+    #[cfg(test)]
+    pub(crate) fn learned_frames(&self, set: Option<(usize, u64)>) -> usize {
+        let frames = self.frames.as_ref().expect("a loaded object's frame cache");
+        let mut v = frames
+            .lookup(&ZERO_KEY, MapFlags::ANY)
+            .unwrap()
+            .expect("its one value");
+        if let Some((at, e)) = set {
+            v[at * 8..at * 8 + 8].copy_from_slice(&e.to_ne_bytes());
+            frames.update(&ZERO_KEY, &v, MapFlags::ANY).unwrap();
+        }
+        v.chunks(8).filter(|w| w.iter().any(|&b| b != 0)).count()
     }
 
     /// Flags the cached sites (see `Control::flag_sites`) of every reason

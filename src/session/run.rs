@@ -383,6 +383,9 @@ impl<'a, 'obj> Run<'a, 'obj> {
         for &(ret, slot) in &forgotten {
             self.probe.maps().forget_site(ret, slot)?;
         }
+        if !change.gone.is_empty() {
+            self.probe.maps().forget_frames()?;
+        }
         for g in &change.gone {
             let n = forgotten.iter().filter(|&&(ret, _)| g.holds(ret)).count();
             eprintln!(

@@ -62,3 +62,18 @@ fn without_its_glue_a_tracepoint_s_caller_is_not_found() {
     assert!(p.maps().pending().unwrap().is_empty());
     assert_eq!(p.maps().counts().unwrap()[SLOT_NOT_FOUND as usize], 2);
 }
+
+#[test]
+fn an_unloaded_module_s_frames_are_forgotten() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load_rawtp(&mut storage, &LoadConfig::default());
+    let maps = p.maps();
+    assert_eq!(maps.learned_frames(None), 0);
+    assert_eq!(maps.learned_frames(Some((5, 0xffff_8100_0123_4008))), 1);
+    assert_eq!(maps.learned_frames(Some((4095, 7))), 2);
+    maps.forget_frames().unwrap();
+    assert_eq!(maps.learned_frames(None), 0);
+}
