@@ -48,9 +48,11 @@
  * frame in the last slot (TD_FRAME_TO_LAST) and whether the distances
  * differed (TD_FRAME_VARIABLE); TD_FRAME_NEXT for one seen only as an
  * unwind's last. One 8-byte store, so two CPUs learning at once cannot
- * tear an entry (one may undo the other's count). x86-64 only (arm64's stack ends in a frame record, not at
- * a fixed place), and needs bpf_loop (5.17): elsewhere nothing is learned
- * and every call takes the unwind.
+ * tear an entry (one may undo the other's count).
+ *
+ * x86-64 only (arm64's stack ends in a frame record, not at a fixed
+ * place), and needs bpf_loop (5.17): elsewhere nothing is learned and
+ * every call takes the unwind.
  */
 #if defined(__TARGET_ARCH_x86)
 #define TD_QUICK_FRAMES 1
@@ -222,8 +224,8 @@ static long frame_scan_step(__u32 i, struct td_scan_walk *w)
 }
 
 /*
- * Learns the distances of the frames at s->ips[ci] (the firing frame,
- * return address ret) and above, up to the profile's depth: see above.
+ * Learns the distances of the frames at s->ips[ci] (the firing frame's
+ * return address) and above, up to the profile's depth: see above.
  * One call in eight per CPU tries, so that a path that cannot be learned
  * costs little more than its unwind.
  */
@@ -362,14 +364,6 @@ static __always_inline long rule_step(__u32 i, struct td_rule_walk *w)
 }
 
 /*
- * Reason of a call from deeper-frame caller `dc` (an index in
- * deep.callers): the first rule, in order, with a frame in its range
- * within its depth above the caller, else the caller's own reason.  The
- * tables are in .bss, unknown to the verifier, so it checks the loops once
- * whatever the profile; Deep::slot in abi.rs decides the same for the
- * calls counted before the tables were filled.
- */
-/*
  * --verify-caller: the frames read the quick way, where they can be, must
  * be the unwind's (in s->early.frames, left as they were).
  */
@@ -441,6 +435,14 @@ static __always_inline __u32 rules_reason(void *ctx, struct td_scratch *s, __u64
 	return w.reason;
 }
 
+/*
+ * Reason of a call from deeper-frame caller `dc` (an index in
+ * deep.callers): the first rule, in order, with a frame in its range
+ * within its depth above the caller, else the caller's own reason.  The
+ * tables are in .bss, unknown to the verifier, so it checks the loops once
+ * whatever the profile; Deep::slot in abi.rs decides the same for the
+ * calls counted before the tables were filled.
+ */
 static __always_inline __u32 deep_reason(void *ctx, __u64 ret, int dc, enum td_kind kind,
 					 bool loops)
 {

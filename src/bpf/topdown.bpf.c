@@ -202,7 +202,7 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 	}
 	/*
 	 * A deeper-frame caller's frames the quick way where they were
-	 * learned (5.17 and later), else the checked way's unwind.
+	 * learned (x86-64, 5.17 and later), else the checked way's unwind.
 	 */
 	if (kind == TD_TP && (!hit || verify_all)) {
 		r = TD_SLOT_NONE;
