@@ -41,8 +41,12 @@ pub(crate) const SITE_SHIFT: u32 = types::td_abi::TD_SITE_SHIFT.0;
 const SLOT_SHIFT: u32 = types::td_abi::TD_SLOT_SHIFT.0;
 pub(crate) const SITE_CACHE: usize = types::td_abi::TD_SITE_CACHE.0 as usize;
 pub(crate) const NR_STACK_STATS: usize = types::td_stack_stat::TD_NR_STACK_STATS.0 as usize;
+/// Pool slots (td_pool): a new site's own counter, after the reason slots.
+pub(crate) const POOL: usize = types::td_abi::TD_POOL.0 as usize;
+/// Reason and pool slots: the stack path's counters follow them.
+pub(crate) const ALL_SLOTS: usize = types::td_abi::TD_ALL_SLOTS.0 as usize;
 /// u64s in one CPU's td_counts: the slots, the stack path's counters, seen.
-pub(crate) const COUNTS_WORDS: usize = NR_SLOTS + NR_STACK_STATS + 1;
+pub(crate) const COUNTS_WORDS: usize = ALL_SLOTS + NR_STACK_STATS + 1;
 
 // The arrays the structs are made of follow the constants above.
 const _: () = assert!(size_of::<types::td_counts>() == COUNTS_WORDS * 8);
@@ -52,7 +56,9 @@ const _: () = assert!(NR_SLOTS.is_power_of_two());
 // An empty site cache entry (0) reads as return address 0, not found.
 const _: () = assert!(SLOT_NOT_FOUND == 0);
 // Every slot's byte offset fits in the entry's bits from SITE_SHIFT up.
-const _: () = assert!(SLOT_SHIFT == SITE_SHIFT + 3 && NR_SLOTS <= 1 << (64 - SLOT_SHIFT));
+const _: () = assert!(SLOT_SHIFT == SITE_SHIFT + 3 && ALL_SLOTS <= 1 << (64 - SLOT_SHIFT));
+const _: () = assert!(ALL_SLOTS == NR_SLOTS + POOL);
+const _: () = assert!(size_of::<types::td_pool>() == (POOL + 1) * 8);
 const _: () = assert!(std::mem::offset_of!(types::td_control, nr_captured) == 0);
 
 /// The site cache entry for `ret` in `slot`, and its index; None where the
@@ -133,6 +139,9 @@ pub(crate) struct LoadConfig {
     /// New sites' calls are counted in the per-CPU fresh table first (a
     /// pinned instance's; see td_fresh).
     pub(crate) fresh: bool,
+    /// New sites never take pool slots (td_pool), so that a test reaches
+    /// the pending path with its first call.
+    pub(crate) no_pool: bool,
 }
 
 /// Address ranges of a tracepoint's glue the programs take.
@@ -185,6 +194,7 @@ impl LoadConfig {
         dst.sample_every = self.sample_every.max(1);
         dst.stacks = self.stacks.into();
         dst.fresh = self.fresh.into();
+        dst.no_pool = self.no_pool.into();
         (dst.bg_every_ns, dst.bg_burst_ns) = match self.stacks {
             true => background_bucket(self.background),
             false => (0, 0),
@@ -261,9 +271,9 @@ mod tests {
     fn site_cache_entries_hold_kernel_text_addresses_only() {
         let (i, e) = site_cache_entry(0xffffffff81234567, 5).unwrap();
         assert_eq!(i, (0x1234567 >> 3) & (SITE_CACHE - 1));
-        assert_eq!(e, (5 << 56) | 0x001f_ffff_8123_4567);
-        // What the BPF side compares: the low 53 bits, or 32 on x86-64.
-        assert_eq!((e ^ 0xffffffff81234567) << 11, 0);
+        assert_eq!(e, (5 << 55) | 0x000f_ffff_8123_4567);
+        // What the BPF side compares: the low 52 bits, or 32 on x86-64.
+        assert_eq!((e ^ 0xffffffff81234567) << 12, 0);
         assert_eq!(e as u32, 0x81234567);
         // What the common path adds to the counters' address: slot 5's.
         assert_eq!(e >> SITE_SHIFT, 5 * 8);
@@ -272,7 +282,15 @@ mod tests {
             site_cache_entry(0xffffffff81234567, 255).unwrap().1 >> SITE_SHIFT,
             255 * 8
         );
-        assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 8), None);
+        // A pool slot's too: after the reason slots.
+        assert_eq!(
+            site_cache_entry(0xffffffff81234567, (ALL_SLOTS - 1) as u32)
+                .unwrap()
+                .1
+                >> SITE_SHIFT,
+            (ALL_SLOTS as u64 - 1) * 8
+        );
+        assert_eq!(site_cache_entry(0xffffffff81234567, 1 << 9), None);
         let arm64 = site_cache_entry(0xffff800081234567, 5);
         assert_eq!(arm64.is_none(), cfg!(target_arch = "x86_64"));
         // Neighbouring call sites take different entries.

@@ -691,6 +691,16 @@ static __always_inline bool cached(__u64 ret, __u64 *e)
 #endif
 }
 
+/* Whether the cache can hold `ret`: its bits above those compared are all set. */
+static __always_inline bool cacheable(__u64 ret)
+{
+#if defined(__TARGET_ARCH_x86)
+	return ret >> 32 == 0xffffffffULL;
+#else
+	return ret >> TD_SITE_SHIFT == ~0ULL >> TD_SITE_SHIFT;
+#endif
+}
+
 /*
  * Whether no resolved site can be `ret`: its cache entry is empty, and it
  * is an address the cache can hold. User space caches every site it
@@ -702,13 +712,13 @@ static __always_inline bool cached(__u64 ret, __u64 *e)
  */
 static __always_inline bool surely_new(__u64 ret)
 {
-	if (site_cache[site_index(ret)])
-		return false;
-#if defined(__TARGET_ARCH_x86)
-	return ret >> 32 == 0xffffffffULL;
-#else
-	return ret >> TD_SITE_SHIFT == ~0ULL >> TD_SITE_SHIFT;
-#endif
+	return !site_cache[site_index(ret)] && cacheable(ret);
+}
+
+/* The cache entry naming `ret` in slot r (as site_cache_entry in abi.rs). */
+static __always_inline __u64 cache_entry(__u64 ret, __u32 r)
+{
+	return (__u64)r << TD_SLOT_SHIFT | (ret & ((1ULL << TD_SITE_SHIFT) - 1));
 }
 
 /* A resolved site's slot, from the direct-mapped cache; TD_SLOT_NONE if not there. */

@@ -231,6 +231,16 @@ pub(crate) struct Control {
 /// A shadow cell whose entry could not be told apart: never flagged.
 const NO_ENTRY: u64 = u64::MAX;
 
+/// Whether cache entry `e` is `ret`'s pool slot (td_pool), flagged or
+/// not, put there by the BPF side for a new site's calls.
+fn pooled(e: u64, ret: u64) -> bool {
+    e != 0
+        && [e, e ^ 1].into_iter().any(|e| {
+            let (at, slot) = abi::site_cache_site(e);
+            at == ret && slot as usize >= abi::NR_SLOTS
+        })
+}
+
 impl Drop for Control {
     fn drop(&mut self) {
         self.unflag_sites();
@@ -278,7 +288,8 @@ impl Control {
         for (i, known) in shadow.iter_mut().enumerate() {
             let cell = self.site_cell(i);
             let now = cell.load(SeqCst);
-            if now == 0 {
+            // Empty, or a new site's pool slot: known once it is resolved.
+            if now == 0 || abi::site_cache_site(now).1 as usize >= abi::NR_SLOTS {
                 continue;
             }
             if *known == 0 {
@@ -337,13 +348,21 @@ impl Control {
         };
         // i is in range: site_cache_entry's hash is SITE_CACHE_BITS wide.
         let cell = self.site_cell(i);
-        if cell.load(SeqCst) == 0 {
-            // The captured reason's sites come in flagged: none of their
-            // calls passes the stack gate by.
-            let flag = u64::from(self.is_captured(slot));
-            cell.store(entry ^ flag, SeqCst);
-            if flag != 0 {
-                self.flagged.store(true, SeqCst);
+        // The captured reason's sites come in flagged: none of their
+        // calls passes the stack gate by.
+        let flag = u64::from(self.is_captured(slot));
+        let mut now = cell.load(SeqCst);
+        // Empty, or the site's pool slot (its calls counted there so far,
+        // and still summed under its reason): the reason's entry.
+        while now == 0 || pooled(now, ret) {
+            match cell.compare_exchange(now, entry ^ flag, SeqCst, SeqCst) {
+                Ok(_) => {
+                    if flag != 0 {
+                        self.flagged.store(true, SeqCst);
+                    }
+                    break;
+                }
+                Err(e) => now = e,
             }
         }
         // Known now, flagged or not (see flag_sites).
@@ -353,22 +372,22 @@ impl Control {
     }
 
     /// Empties `ret`'s cache entry, flagged or not, if it still names the
-    /// site: its module was unloaded, and the next one loaded may put
-    /// another function at that address. Emptied, the entry may be given
-    /// to a new site; a resolved site it was not given to counts as
-    /// pending meanwhile (see surely_new), which is right as well.
+    /// site (in its reason's slot or its pool slot): its module was
+    /// unloaded, and the next one loaded may put another function at that
+    /// address. Emptied, the entry may be given to a new site; a resolved
+    /// site it was not given to counts as pending meanwhile (see
+    /// surely_new), which is right as well.
     pub(crate) fn uncache_site(&self, ret: u64, slot: u32) {
         let Some((i, entry)) = abi::site_cache_entry(ret, slot) else {
             return;
         };
         let cell = self.site_cell(i);
-        for e in [entry, entry ^ 1] {
-            if cell.compare_exchange(e, 0, SeqCst, SeqCst).is_ok() {
-                let mut shadow = self.shadow();
-                if shadow[i] == entry {
-                    shadow[i] = 0;
-                }
-                return;
+        let now = cell.load(SeqCst);
+        let named = [entry, entry ^ 1].contains(&now) || pooled(now, ret);
+        if named && cell.compare_exchange(now, 0, SeqCst, SeqCst).is_ok() {
+            let mut shadow = self.shadow();
+            if shadow[i] == entry {
+                shadow[i] = 0;
             }
         }
     }

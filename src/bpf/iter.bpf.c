@@ -9,10 +9,11 @@
  * pinned instance's maps, so a kernel that cannot load it costs the
  * counting program nothing.
  *
- * A slot's total is its per-CPU counts plus the calls still in `pending`
- * and `fresh` from sites a reader has resolved since (their first calls stay there;
- * see session/poll.rs). Calls from sites no reader has resolved yet have
- * no reason the kernel knows: they are shown apart, as unresolved.
+ * A slot's total is its per-CPU counts plus the calls still in `pending`,
+ * `fresh` and pool slots (td_pool) from sites a reader has resolved since
+ * (their first calls stay there; see session/poll.rs). Calls from sites no
+ * reader has resolved yet have no reason the kernel knows: they are shown
+ * apart, as unresolved.
  *
  * Needs bpf_loop (5.17) and bpf_map_lookup_percpu_elem (5.19): an
  * iterator sees only the counts map's values for every CPU, and pending's
@@ -42,6 +43,8 @@ struct td_sum {
 	__u64 key;		/* the pending site being summed */
 	__u64 sum;
 	__u32 slot;		/* TD_SLOT_NONE: the unresolved sites */
+	__u32 word;		/* the u64 of td_counts being summed */
+	struct td_pool *pool;
 };
 
 /*
@@ -54,7 +57,7 @@ static long counts_cpu(__u32 i, struct td_sum *s)
 	__u64 n = 0;
 
 	bpf_probe_read_kernel(&n, sizeof(n), (void *)(s->values + (__u64)i * sizeof(struct td_counts) +
-						      (__u64)s->slot * sizeof(__u64)));
+						      (__u64)s->word * sizeof(__u64)));
 	s->sum += n;
 	return 0;
 }
@@ -114,22 +117,45 @@ static long fresh_cpu(__u32 cpu, struct td_sum *s)
 	return 0;
 }
 
+/* Pool slot k: its calls on every CPU if its site's slot is the one asked for. */
+static long pool_slot(__u32 k, struct td_sum *s)
+{
+	__u64 ret = s->pool->ret[k & (TD_POOL - 1)];
+	__u32 *slot;
+
+	if (!ret)
+		return 0;
+	slot = bpf_map_lookup_elem(&sites, &ret);
+	if ((slot ? *slot : TD_SLOT_NONE) != s->slot)
+		return 0;
+	s->word = TD_NR_SLOTS + (k & (TD_POOL - 1));
+	bpf_loop(nr_cpus, counts_cpu, s, 0);
+	return 0;
+}
+
 /* Slot `slot`'s calls (TD_SLOT_NONE: the unresolved sites') on every CPU. */
 static __u64 slot_sum(__u64 values, __u32 slot)
 {
-	struct td_sum s = { .values = values, .slot = slot };
+	struct td_sum s = { .values = values, .slot = slot, .word = slot };
+	__u32 zero = 0;
+	__u64 taken;
 
 	if (slot < TD_NR_SLOTS)
 		bpf_loop(nr_cpus, counts_cpu, &s, 0);
 	bpf_for_each_map_elem(&pending, pending_site, &s, 0);
 	bpf_loop(nr_cpus, fresh_cpu, &s, 0);
+	s.pool = bpf_map_lookup_elem(&pool, &zero);
+	if (s.pool) {
+		taken = s.pool->next;
+		bpf_loop(taken < TD_POOL ? taken : TD_POOL, pool_slot, &s, 0);
+	}
 	return s.sum;
 }
 
 /* Stack-path counter `i` (TD_STACK_*) on every CPU: it follows n[] in td_counts. */
 static __u64 stack_sum(__u64 values, __u32 i)
 {
-	struct td_sum s = { .values = values, .slot = TD_NR_SLOTS + i };
+	struct td_sum s = { .values = values, .word = TD_ALL_SLOTS + i };
 
 	bpf_loop(nr_cpus, counts_cpu, &s, 0);
 	return s.sum;

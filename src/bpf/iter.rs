@@ -31,6 +31,13 @@ fn name_field(func: &str) -> [u8; NAME_LEN] {
     out
 }
 
+/// Whether the iterators' map `name` is the pinned instance's: not one
+/// of their global data's (named OBJECT.rodata and the like; a map
+/// defined in C has no dot in its name).
+fn reused(name: &str) -> bool {
+    !name.contains('.')
+}
+
 /// Loads the iterators on the maps pinned in `dir` (an instance being
 /// pinned) and pins them there as `FILES`. An error says why the kernel
 /// cannot (before 5.19, the load fails); nothing is pinned then.
@@ -56,15 +63,15 @@ fn load_and_pin(dir: &Path, func: &str) -> Result<()> {
     let mut open = skel::IterSkelBuilder::default()
         .open(&mut storage)
         .map_err(bpf("opening the file iterators"))?;
-    for (name, map) in [
-        ("counts", &mut open.maps.counts),
-        ("sites", &mut open.maps.sites),
-        ("pending", &mut open.maps.pending),
-        ("fresh", &mut open.maps.fresh),
-        ("names", &mut open.maps.names),
-    ] {
-        map.reuse_pinned_map(dir.join(name))
-            .map_err(bpf(&format!("reusing the {name} map")))?;
+    // Every map of theirs is the instance's (shared_maps.bpf.h), by name,
+    // but their own settings: one left out would be a new, empty map,
+    // and the files would read it as no calls.
+    for mut map in open.open_object_mut().maps_mut() {
+        let name = map.name().to_string_lossy().into_owned();
+        if reused(&name) {
+            map.reuse_pinned_map(dir.join(&name))
+                .map_err(bpf(&format!("reusing the {name} map")))?;
+        }
     }
     let ro = open
         .maps
@@ -98,6 +105,31 @@ fn load_and_pin(dir: &Path, func: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The iterators reuse every map they share with the counting
+    /// programs, each pinned by the same name.
+    #[test]
+    fn the_iterators_reuse_every_shared_map_by_its_pinned_name() {
+        let mut storage = MaybeUninit::<OpenObject>::uninit();
+        let open = skel::IterSkelBuilder::default().open(&mut storage).unwrap();
+        let mut reused: Vec<String> = open
+            .open_object()
+            .maps()
+            .map(|m| m.name().to_string_lossy().into_owned())
+            .filter(|n| super::reused(n))
+            .collect();
+        reused.sort();
+        assert_eq!(
+            reused,
+            ["counts", "fresh", "names", "pending", "pool", "sites"]
+        );
+        for name in &reused {
+            assert!(
+                crate::bpf::maps::PINNED_MAPS.contains(&name.as_str()),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn the_name_field_is_nul_terminated() {

@@ -22,9 +22,9 @@ const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
 const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 
 /// The maps a pinned instance keeps, by the file name of their pins.
-pub(crate) const PINNED_MAPS: [&str; 12] = [
+pub(crate) const PINNED_MAPS: [&str; 13] = [
     "counts", "sites", "pending", "fresh", "stats", "budget", "samples", "names", "meta", "data",
-    "bss", "rstacks",
+    "bss", "rstacks", "pool",
 ];
 
 pub(crate) struct Maps {
@@ -35,6 +35,8 @@ pub(crate) struct Maps {
     /// None where the program does not use it (only a pinned instance's
     /// does), so that no poll reads it.
     fresh: Option<MapHandle>,
+    /// New sites' pool slots (td_pool): the return address of each.
+    pool: MapHandle,
     /// Calls counted before the deeper-frame rules were filled in (None
     /// for a pinned instance, whose rules are filled in before load).
     early: Option<MapHandle>,
@@ -201,6 +203,7 @@ impl Maps {
             pending: handle(&m.pending, "pending")?,
             fresh: Some(handle(&m.fresh, "fresh")?)
                 .filter(|_| m.rodata_data.is_some_and(|r| r.cfg.fresh != 0)),
+            pool: handle(&m.pool, "pool")?,
             // Sized to one entry where it cannot be used: no read per poll.
             early: Some(handle(&m.early, "early")?).filter(|e| e.max_entries() > 1),
             stats: handle(&m.stats, "stats")?,
@@ -237,6 +240,7 @@ impl Maps {
             sites: open("sites")?,
             pending: open("pending")?,
             fresh: Some(open("fresh")?),
+            pool: open("pool")?,
             early: None,
             stats: open("stats")?,
             rstacks: open("rstacks")?,
@@ -273,6 +277,7 @@ impl Maps {
             ("bss", &mut self.bss),
             ("rstacks", &mut self.rstacks),
             ("fresh", fresh),
+            ("pool", &mut self.pool),
         ] {
             m.pin(dir.join(name))
                 .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
@@ -306,16 +311,19 @@ impl Maps {
             )),
             BatchError::Bpf(e) => Error::bpf("reading the pending sites", e),
         })?;
-        let fresh = self.fresh()?;
-        let (keys, values) = out.spare(fresh.len());
-        let cpus = values.len() / fresh.len().max(1);
-        for (i, (ret, n)) in fresh.iter().enumerate() {
-            keys[i] = *ret;
-            values[i * cpus..(i + 1) * cpus].fill(0);
-            values[i * cpus] = *n;
-        }
-        out.filled(fresh.len());
+        out.add_summed(&self.fresh()?);
         Ok(())
+    }
+
+    /// The return address of each pool slot taken (td_pool), by slot: 0
+    /// where the BPF side has taken the slot and not yet written it.
+    pub(crate) fn read_pool(&self) -> Result<Vec<u64>> {
+        let v = self
+            .pool
+            .lookup(&ZERO_KEY, MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the pool slots", e))?
+            .unwrap_or_default();
+        Ok(percpu::pool_sites(&v))
     }
 
     /// The fresh tables' sites (td_fresh), each with its calls summed over
@@ -353,11 +361,23 @@ impl Maps {
         self.ctl.set_deep(deep.tables());
     }
 
-    /// Return addresses not yet in the site table, with their counts.
+    /// Return addresses counted as new sites (pending, fresh, pooled),
+    /// with their counts.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> Result<Vec<(u64, u64)>> {
         let mut p = Pending::default();
         self.read_pending(&mut p)?;
+        let mut c = PerCpu::default();
+        self.read_counts(&mut c)?;
+        let counts = percpu::counts_of(&c);
+        let pooled: Vec<(u64, u64)> = self
+            .read_pool()?
+            .into_iter()
+            .zip(&counts[abi::NR_SLOTS..])
+            .filter(|&(ret, _)| ret != 0)
+            .map(|(ret, &n)| (ret, n))
+            .collect();
+        p.add_summed(&pooled);
         // by address, as a reader sums them
         let mut by = std::collections::BTreeMap::new();
         for (ret, n) in p.sums() {
@@ -379,6 +399,11 @@ impl Maps {
         }
         for (ret, _) in self.fresh()? {
             if self.site(ret)?.is_none() {
+                return Ok(true);
+            }
+        }
+        for ret in self.read_pool()? {
+            if ret != 0 && self.site(ret)?.is_none() {
                 return Ok(true);
             }
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::mem::size_of;
 
 use crate::bpf::abi::{
-    StackStat, Stat, COUNTS_WORDS, MAX_RULE_DEPTH, NR_SLOTS, NR_STACK_STATS, NR_STATS,
+    StackStat, Stat, ALL_SLOTS, COUNTS_WORDS, MAX_RULE_DEPTH, NR_STACK_STATS, NR_STATS,
 };
 use crate::bpf::skel::types;
 
@@ -59,7 +59,7 @@ impl Stats {
     /// the `counts` map (`counts_of`; empty: none read yet).
     pub(crate) fn from_percpu(stats: &PerCpu, counts: &[u64]) -> Self {
         let mut stack = [0; NR_STACK_STATS];
-        if let Some(c) = counts.get(NR_SLOTS..NR_SLOTS + NR_STACK_STATS) {
+        if let Some(c) = counts.get(ALL_SLOTS..ALL_SLOTS + NR_STACK_STATS) {
             stack.copy_from_slice(c);
         }
         Stats {
@@ -81,10 +81,23 @@ impl Stats {
     }
 }
 
-/// The per-CPU values of the `counts` map, summed: the reason slots, then
-/// the stack path's counters.
+/// The per-CPU values of the `counts` map, summed: the reason slots, the
+/// pool slots, then the stack path's counters.
 pub(crate) fn counts_of(counts: &PerCpu) -> Vec<u64> {
     counts.sum::<COUNTS_WORDS>().to_vec()
+}
+
+/// The return address of each pool slot taken, from a td_pool's bytes
+/// (the count taken, then the addresses).
+pub(crate) fn pool_sites(bytes: &[u8]) -> Vec<u64> {
+    let words: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+        .collect();
+    let Some((&taken, rets)) = words.split_first() else {
+        return Vec::new();
+    };
+    rets[..(taken as usize).min(rets.len())].to_vec()
 }
 
 /// u64s in a td_fresh: an address and its count per entry.
@@ -243,6 +256,19 @@ impl Pending {
         }
     }
 
+    /// Adds entries of one-word keys whose counts are summed over the
+    /// CPUs already (the fresh tables', the pool slots').
+    pub(crate) fn add_summed(&mut self, sites: &[(u64, u64)]) {
+        let (keys, values) = self.spare(sites.len());
+        let cpus = values.len() / sites.len().max(1);
+        for (i, &(ret, n)) in sites.iter().enumerate() {
+            keys[i] = ret;
+            values[i * cpus..(i + 1) * cpus].fill(0);
+            values[i * cpus] = n;
+        }
+        self.filled(sites.len());
+    }
+
     /// Each return address with its count, for the pending table.
     pub(crate) fn sums(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.entries().map(|(k, n)| (k[0], n))
@@ -252,7 +278,6 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::abi::NR_SLOTS;
 
     #[test]
     fn fresh_sites_are_summed_by_address_over_the_cpus() {
@@ -292,7 +317,7 @@ mod tests {
     fn counts_split_into_slots_and_stack_counters() {
         let mut cpu = vec![0u64; COUNTS_WORDS];
         cpu[2] = 5;
-        cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
+        cpu[ALL_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
         let both = PerCpu {
             stride: COUNTS_WORDS,
             words: [cpu.clone(), cpu].concat(),

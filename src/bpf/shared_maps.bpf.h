@@ -35,6 +35,14 @@ struct {
 	__type(value, struct td_fresh);
 } fresh SEC(".maps");
 
+/* New sites' pool slots (see td_pool). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct td_pool);
+} pool SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TD_NR_SLOTS);

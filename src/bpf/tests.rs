@@ -30,14 +30,15 @@ mod tracepoint;
 
 const FUNC: u64 = 0xffffffff82000000;
 
-/// The self-test program as a pinned instance loads it: new sites' calls
-/// go to the fresh table first (the other loads here take the pending
-/// hash alone, as a live run does).
+/// The self-test program as a pinned instance loads it, its pool used up
+/// (no_pool): new sites' calls go to the fresh table first (the other
+/// loads here take the pending hash alone, as a live run does then).
 fn with_probe(f: impl FnOnce(&mut Probe<'_>)) {
     let mut storage = MaybeUninit::uninit();
     let config = LoadConfig {
         func_addr: FUNC,
         fresh: true,
+        no_pool: true,
         ..LoadConfig::default()
     };
     f(&mut selftest::load(&mut storage, &config));
@@ -95,6 +96,70 @@ fn new_sites_are_pending_then_counted_in_their_slot() {
         // Only the calls before the cache knew the site took the slow path.
         assert_eq!(p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED), 4);
     });
+}
+
+/// The site cache entry of `ret`, as the BPF side sees it.
+fn cache_cell(p: &Probe<'_>, ret: u64) -> u64 {
+    let (cell, _) = p.maps().site_cell_ptr(ret, 0);
+    // SAFETY: the object is alive; a plain load of mapped memory.
+    unsafe { std::ptr::read_volatile(cell) }
+}
+
+/// A new site's pool slot in its cache entry: flagged where stacks may be
+/// taken, so its next calls reach the stack gate and the sampler, which
+/// clears the flag (no sampler: at the next call); replaced by its
+/// reason's entry once resolved, flagged or not; and emptied if its module
+/// goes before that.
+#[test]
+fn a_pooled_site_s_entry_is_flagged_with_stacks_and_replaced_once_resolved() {
+    if !crate::testing::bpf_or_skip() {
+        return;
+    }
+    let (a, b) = (0xffffffff81000120, 0xffffffff81000220);
+    let pool = |k: u32, ret: u64| {
+        abi::site_cache_entry(ret, abi::NR_SLOTS as u32 + k)
+            .unwrap()
+            .1
+    };
+    let mut storage = MaybeUninit::uninit();
+    let p = selftest::load(&mut storage, &capture_config());
+    p.test_count_on(a, 0);
+    assert_eq!(cache_cell(&p, a), pool(0, a) ^ 1);
+    // Not captured, no sampler: the flag goes at the next call.
+    p.test_count_on(a, 0);
+    assert_eq!(cache_cell(&p, a), pool(0, a));
+    p.test_count_on(b, 0);
+    assert_eq!(cache_cell(&p, b), pool(1, b) ^ 1);
+    // Resolved, flagged or not: the reasons' entries.
+    for (ret, slot) in [(a, 5), (b, 6)] {
+        p.maps().add_site(ret, slot).unwrap();
+        assert_eq!(
+            cache_cell(&p, ret),
+            abi::site_cache_entry(ret, slot).unwrap().1
+        );
+    }
+    assert_eq!(p.maps().pending().unwrap(), [(a, 2), (b, 1)]);
+    drop(p);
+
+    let mut storage = MaybeUninit::uninit();
+    let config = LoadConfig {
+        func_addr: FUNC,
+        ..LoadConfig::default()
+    };
+    let p = selftest::load(&mut storage, &config);
+    p.test_count(a, 2);
+    assert_eq!(cache_cell(&p, a), pool(0, a));
+    // Another site's slot is not this one's entry to empty.
+    p.maps()
+        .forget_site(a + 8 * abi::SITE_CACHE as u64, 5)
+        .unwrap();
+    assert_eq!(cache_cell(&p, a), pool(0, a));
+    p.maps().forget_site(a, 5).unwrap();
+    assert_eq!(cache_cell(&p, a), 0);
+    // Its next call is a new site's, in the next slot; both are summed.
+    p.test_count(a, 1);
+    assert_eq!(cache_cell(&p, a), pool(1, a));
+    assert_eq!(p.maps().pending().unwrap(), [(a, 3)]);
 }
 
 /// Keeps the calling thread on the CPU it runs on, until dropped.
@@ -180,6 +245,7 @@ fn without_the_fresh_table_the_pending_hash_takes_every_new_site() {
     let mut storage = MaybeUninit::uninit();
     let config = LoadConfig {
         func_addr: FUNC,
+        no_pool: true,
         ..LoadConfig::default()
     };
     let p = selftest::load(&mut storage, &config);

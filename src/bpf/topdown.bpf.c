@@ -77,6 +77,43 @@ static __always_inline bool count_fresh(__u64 ret)
 }
 
 /*
+ * Counts a new site's call in a pool slot of its own (see td_pool), and
+ * claims the site's empty cache entry for it, so that its next calls take
+ * the common path (or the flagged one): false where the entry is taken or
+ * the pool is used up.
+ * `atomics`: the kernel has BPF's fetch-and-add and compare-and-swap
+ * (passed as `loops`, as for lease_check). Two CPUs may pool one site
+ * twice; both slots are summed under its reason. The slot's address is
+ * written before its first count, so a reader that sees the count sees
+ * whose it is (the exchange orders the two; or it reads an address of 0
+ * and takes the slot next time).
+ */
+static __always_inline bool count_pooled(struct td_counts *c, __u64 ret, bool atomics)
+{
+	__u64 *cell = &site_cache[site_index(ret)];
+	struct td_pool *p;
+	__u64 k;
+
+	if (!atomics || cfg.no_pool || *(volatile __u64 *)cell || !cacheable(ret))
+		return false;
+	p = bpf_map_lookup_elem(&pool, &zero);
+	if (!p || *(volatile __u64 *)&p->next >= TD_POOL)
+		return false;
+	k = __sync_fetch_and_add(&p->next, 1);
+	if (k >= TD_POOL)
+		return false;
+	__sync_lock_test_and_set(&p->ret[k], ret);
+	c->n[TD_NR_SLOTS + k]++;
+	/*
+	 * Flagged where stacks may be taken: its next calls reach the stack
+	 * gate and the background sampler, which clear the flag once they
+	 * want no more of them (as for a resolved site).
+	 */
+	__sync_val_compare_and_swap(cell, 0, cache_entry(ret, TD_NR_SLOTS + k) ^ !!cfg.stacks);
+	return true;
+}
+
+/*
  * Counts a call whose site is not in the cache (new, behind a deeper-frame
  * rule, or not found) on this CPU's counters `c`; returns its slot, or
  * TD_SLOT_NONE if it was counted as pending.
@@ -107,6 +144,8 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		return r;
 	}
 	/* First calls from a site: counted per address until resolved. */
+	if (count_pooled(c, ret, loops))
+		return TD_SLOT_NONE;
 	if (cfg.fresh && count_fresh(ret))
 		return TD_SLOT_NONE;
 	r = count_pending(&pending, &ret, &n);
@@ -228,10 +267,14 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		if (hit && quick != ret)
 			stat_inc(TD_STAT_VERIFY_MISMATCH);
 	}
-	if (r != TD_SLOT_NONE)
-		c->n[r & (TD_NR_SLOTS - 1)]++;
-	else
+	if (r == TD_SLOT_NONE) {
 		r = count_uncached(ctx, c, ret, kind, loops);
+	} else {
+		c->n[r & (TD_ALL_SLOTS - 1)]++;
+		/* a pooled site has no reason yet: to the gate, as a pending one */
+		if (r >= TD_NR_SLOTS)
+			r = TD_SLOT_NONE;
+	}
 	/* the stack gate, compiled in if stacks may be captured in this run */
 	if (!cfg.stacks)
 		return;

@@ -13,8 +13,14 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 11,
+	TD_LAYOUT_VERSION = 12,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
+	/*
+	 * Pool slots, after the reason slots in td_counts.n: a new site's
+	 * own counter until user space has resolved it (see td_pool).
+	 */
+	TD_POOL = 256,
+	TD_ALL_SLOTS = TD_NR_SLOTS + TD_POOL,
 	TD_SLOT_NOT_FOUND = 0,		/* caller's return address not found */
 	TD_SLOT_SITES_FULL = 1,		/* site tables full: caller unknown */
 	TD_FIRST_REASON = 2,
@@ -63,8 +69,8 @@ enum td_abi {
 	 */
 	TD_SITE_CACHE_BITS = 12,
 	TD_SITE_CACHE = 1 << TD_SITE_CACHE_BITS,
-	TD_SITE_SHIFT = 53,
-	TD_SLOT_SHIFT = 56,		/* TD_SITE_SHIFT + 3: a slot is 8 bytes */
+	TD_SITE_SHIFT = 52,
+	TD_SLOT_SHIFT = 55,		/* TD_SITE_SHIFT + 3: a slot is 8 bytes */
 	/*
 	 * The per-CPU direct-mapped table of new sites' first calls (see
 	 * td_fresh), indexed as the site cache is.
@@ -152,9 +158,9 @@ enum td_stack_stat {
 	TD_NR_STACK_STATS,
 };
 
-/* The per-CPU counters: reason slots, then the stack path's. */
+/* The per-CPU counters: reason slots, pool slots, then the stack path's. */
 struct td_counts {
-	__u64 n[TD_NR_SLOTS];
+	__u64 n[TD_ALL_SLOTS];
 	__u64 stack[TD_NR_STACK_STATS];
 	__u64 seen;		/* calls of the captured reasons, for --sample */
 };
@@ -173,6 +179,22 @@ struct td_fresh_site {
 
 struct td_fresh {
 	struct td_fresh_site e[TD_FRESH];
+};
+
+/*
+ * New sites' own counters, so that their calls take the common path from
+ * the second on, before user space has named them: a new site whose cache
+ * entry is empty takes the next pool slot k (a fetch-and-add on `next`;
+ * 5.17 and later), puts its return address in ret[k], counts in slot
+ * TD_NR_SLOTS + k, and claims its cache entry for that slot. User space
+ * reads ret[] as it reads the pending table (each pool slot's calls go to
+ * its site's reason), and once the site is resolved puts the reason in
+ * the entry. A slot is never given back: its count only grows. With the
+ * pool used up, new sites are pending as before.
+ */
+struct td_pool {
+	__u64 next;
+	__u64 ret[TD_POOL];
 };
 
 /*
@@ -273,6 +295,8 @@ struct td_config {
 	 * instance: with no reader, its new sites stay pending; see td_fresh).
 	 */
 	__u8 fresh;
+	/* New sites never take pool slots (td_pool): tests of the pending path. */
+	__u8 no_pool;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;

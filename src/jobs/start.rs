@@ -189,6 +189,7 @@ pub(super) fn start<'obj>(
             filter: extra.filter.for_bpf(),
             glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
             fresh: extra.fresh,
+            no_pool: false,
         };
         let func = target.func.as_str();
         let a = attach::attach(
@@ -261,6 +262,7 @@ pub(super) fn start_user<'obj>(
         filter: t.filter.for_bpf(),
         glue: Vec::new(),
         fresh: false,
+        no_pool: false,
     };
     let features = host::Features::probe();
     let bare = t.companion == Some(Companion::Bare);

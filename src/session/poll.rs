@@ -86,6 +86,10 @@ impl Poller {
         maps.read_pending(&mut self.pending)?;
         maps.read_early(&mut self.early)?;
         let mut totals = self.slots();
+        // Pool slots are pending sites too, their counts in the counters
+        // just read: after them, so a count read has its address (td_pool).
+        let pooled = self.pooled(&maps.read_pool()?);
+        self.pending.add_summed(&pooled);
         self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
         })?;
@@ -136,6 +140,17 @@ impl Poller {
         totals.truncate(NR_SLOTS);
         totals.resize(NR_SLOTS, 0);
         totals
+    }
+
+    /// Each pool slot's site (`rets`, by slot; 0: not written yet, left
+    /// for the next poll) with its calls, from the counters last summed.
+    pub(crate) fn pooled(&self, rets: &[u64]) -> Vec<(u64, u64)> {
+        let counts = self.summed.get(NR_SLOTS..).unwrap_or_default();
+        rets.iter()
+            .zip(counts)
+            .filter(|(&ret, _)| ret != 0)
+            .map(|(&ret, &n)| (ret, n))
+            .collect()
     }
 
     /// The kernel side's statistics, with the stack path's counters from
@@ -406,7 +421,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::*;
-    use crate::bpf::abi::{LoadConfig, FIRST_REASON};
+    use crate::bpf::abi::{LoadConfig, FIRST_REASON, POOL};
     use crate::bpf::probe::{selftest, Probe};
 
     const KSYMS: &str = "\
@@ -418,13 +433,80 @@ ffffffff81003000 T end_of_text
 
     /// Runs `f` on the self-test object with KSYMS' symbols, as root.
     fn with_selftest(f: impl FnOnce(&Probe<'_>, &mut LiveKsyms<'_>)) {
+        with_config(&LoadConfig::default(), f)
+    }
+
+    /// The same, its pool used up: new sites are pending from their first
+    /// call.
+    fn with_pending_path(f: impl FnOnce(&Probe<'_>, &mut LiveKsyms<'_>)) {
+        let config = LoadConfig {
+            no_pool: true,
+            ..LoadConfig::default()
+        };
+        with_config(&config, f)
+    }
+
+    fn with_config(config: &LoadConfig, f: impl FnOnce(&Probe<'_>, &mut LiveKsyms<'_>)) {
         if !crate::testing::bpf_or_skip() {
             return;
         }
         let k = crate::kallsyms::Kallsyms::parse(KSYMS);
         let mut storage = MaybeUninit::uninit();
-        let p = selftest::load(&mut storage, &LoadConfig::default());
+        let p = selftest::load(&mut storage, config);
         f(&p, &mut LiveKsyms::fixed(&k));
+    }
+
+    /// A new site takes a pool slot with its first call, and its later
+    /// calls take the common path, counted there until a poll resolves it;
+    /// then its cache entry is its reason's. Its calls add up either way,
+    /// and past the pool new sites are pending as before.
+    #[test]
+    fn pooled_sites_take_the_common_path_and_add_up_across_resolution() {
+        with_selftest(|p, k| {
+            let mut m = Mapper::auto(64);
+            let mut poller = Poller::default();
+            let (a, b) = (0xffffffff81000010, 0xffffffff81001010);
+            p.test_count(a, 3);
+            p.test_count(b, 2);
+            // Only each site's first call missed the cache.
+            let uncached = |p: &Probe<'_>| p.maps().stats().unwrap().get(Stat::TD_STAT_UNCACHED);
+            assert_eq!(uncached(p), 2);
+            assert_eq!(p.maps().read_pool().unwrap(), [a, b]);
+            let mut c = PerCpu::default();
+            p.maps().read_counts(&mut c).unwrap();
+            let summed = percpu::counts_of(&c);
+            assert_eq!(summed[NR_SLOTS..NR_SLOTS + 3], [3, 2, 0]);
+            // No wake-up asked: the calls are cheap until the next poll.
+            assert!(!p.maps().take_new_sites());
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            let (sa, sb) = (
+                m.reasons.lookup("caller_a").unwrap(),
+                m.reasons.lookup("caller_b").unwrap(),
+            );
+            assert_eq!((t[sa as usize], t[sb as usize]), (3, 2));
+            // Resolved: the entries are the reasons', the pool's counts kept.
+            p.test_count(a, 4);
+            p.test_count(b, 1);
+            assert_eq!(uncached(p), 2);
+            let counts = p.maps().counts().unwrap();
+            assert_eq!((counts[sa as usize], counts[sb as usize]), (4, 1));
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            assert_eq!((t[sa as usize], t[sb as usize]), (7, 3));
+            assert_eq!(t.iter().sum::<u64>(), 10);
+            // The rest of the pool, then one site past it: pending.
+            let more: Vec<u64> = (0..POOL as u64 - 1)
+                .map(|i| 0xffffffff81002000 + 8 * i)
+                .collect();
+            for &ret in &more {
+                p.test_count(ret, 1);
+            }
+            assert_eq!(p.maps().read_pool().unwrap().len(), POOL);
+            p.test_count(a + 0x20, 5);
+            assert_eq!(uncached(p), 2 + more.len() as u64 + 5);
+            let t = poller.totals(p.maps(), k, &mut m, None).unwrap();
+            assert_eq!(t[sa as usize], 12);
+            assert_eq!(t.iter().sum::<u64>(), 10 + more.len() as u64 + 5);
+        });
     }
 
     #[test]
@@ -436,7 +518,7 @@ ffffffff81003000 T end_of_text
         let stride = std::mem::size_of::<crate::bpf::skel::types::td_counts>() / 8;
         let mut cpu = vec![0u64; stride];
         cpu[FIRST_REASON as usize] = 4;
-        cpu[NR_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
+        cpu[crate::bpf::abi::ALL_SLOTS + StackStat::TD_STACK_EMITTED.0 as usize] = 3;
         let (counts, _) = poller.buffers();
         *counts = PerCpu {
             stride,
@@ -584,7 +666,7 @@ ffffffff81003000 T end_of_text
 
     #[test]
     fn resolved_sites_leave_the_pending_table_a_period_on_their_calls_kept() {
-        with_selftest(|p, k| {
+        with_pending_path(|p, k| {
             let mut m = Mapper::auto(64);
             let mut poller = Poller::default();
             let (a, b) = (0xffffffff81000010, 0xffffffff81001010);
