@@ -483,20 +483,33 @@ impl Maps {
             .map_err(|e| Error::bpf("emptying the learned frames", e))
     }
 
-    /// The learned frame entries that are not empty, after entry `at` is
-    /// set to `v` if given.
+    /// The learned frame cache's entries, as u64s.
     #[cfg(test)]
-    pub(crate) fn learned_frames(&self, set: Option<(usize, u64)>) -> usize {
+    fn frame_entries(&self) -> Vec<u64> {
         let frames = self.frames.as_ref().expect("a loaded object's frame cache");
-        let mut v = frames
+        let v = frames
             .lookup(&ZERO_KEY, MapFlags::ANY)
             .unwrap()
             .expect("its one value");
-        if let Some((at, e)) = set {
-            v[at * 8..at * 8 + 8].copy_from_slice(&e.to_ne_bytes());
-            frames.update(&ZERO_KEY, &v, MapFlags::ANY).unwrap();
-        }
-        v.chunks(8).filter(|w| w.iter().any(|&b| b != 0)).count()
+        v.chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect()
+    }
+
+    /// The learned frame entries that are not empty.
+    #[cfg(test)]
+    pub(crate) fn learned_frames(&self) -> usize {
+        self.frame_entries().iter().filter(|&&e| e != 0).count()
+    }
+
+    /// Sets learned frame entry `at` to `e`, as the BPF side would.
+    #[cfg(test)]
+    pub(crate) fn set_learned_frame(&self, at: usize, e: u64) {
+        let mut v = self.frame_entries();
+        v[at] = e;
+        let bytes: Vec<u8> = v.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let frames = self.frames.as_ref().expect("a loaded object's frame cache");
+        frames.update(&ZERO_KEY, &bytes, MapFlags::ANY).unwrap();
     }
 
     /// Flags the cached sites (see `Control::flag_sites`) of every reason

@@ -71,9 +71,11 @@ fn an_unloaded_module_s_frames_are_forgotten() {
     let mut storage = MaybeUninit::uninit();
     let p = selftest::load_rawtp(&mut storage, &LoadConfig::default());
     let maps = p.maps();
-    assert_eq!(maps.learned_frames(None), 0);
-    assert_eq!(maps.learned_frames(Some((5, 0xffff_8100_0123_4008))), 1);
-    assert_eq!(maps.learned_frames(Some((4095, 7))), 2);
+    assert_eq!(maps.learned_frames(), 0);
+    maps.set_learned_frame(5, 0xffff_8100_0123_4008);
+    assert_eq!(maps.learned_frames(), 1);
+    maps.set_learned_frame(4095, 7);
+    assert_eq!(maps.learned_frames(), 2);
     maps.forget_frames().unwrap();
-    assert_eq!(maps.learned_frames(None), 0);
+    assert_eq!(maps.learned_frames(), 0);
 }
