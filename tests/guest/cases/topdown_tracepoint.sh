@@ -18,6 +18,9 @@
 # (--no-profile): one row, every call; stacks on demand and by themselves, without
 # the tracing glue; a misspelt tracepoint or category, one line naming close ones;
 # the deeper frames read from the stack equal the unwind's (--verify-caller).
+# 63 to 120 s in CI's guests (the system-wide --verify-caller runs among them), 120 s
+# its limit by default: one ran out of it.
+# case-timeout: 300
 . "$TD_LIB"
 need_cmd topdown faults sleeps
 
