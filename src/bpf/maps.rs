@@ -369,15 +369,7 @@ impl Maps {
         self.read_pending(&mut p)?;
         let mut c = PerCpu::default();
         self.read_counts(&mut c)?;
-        let counts = percpu::counts_of(&c);
-        let pooled: Vec<(u64, u64)> = self
-            .read_pool()?
-            .into_iter()
-            .zip(&counts[abi::NR_SLOTS..])
-            .filter(|&(ret, _)| ret != 0)
-            .map(|(ret, &n)| (ret, n))
-            .collect();
-        p.add_summed(&pooled);
+        p.add_summed(&percpu::pooled(&self.read_pool()?, &percpu::counts_of(&c)));
         // by address, as a reader sums them
         let mut by = std::collections::BTreeMap::new();
         for (ret, n) in p.sums() {

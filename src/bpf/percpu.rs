@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::mem::size_of;
 
 use crate::bpf::abi::{
-    StackStat, Stat, ALL_SLOTS, COUNTS_WORDS, MAX_RULE_DEPTH, NR_STACK_STATS, NR_STATS,
+    StackStat, Stat, ALL_SLOTS, COUNTS_WORDS, MAX_RULE_DEPTH, NR_SLOTS, NR_STACK_STATS, NR_STATS,
 };
 use crate::bpf::skel::types;
 
@@ -98,6 +98,18 @@ pub(crate) fn pool_sites(bytes: &[u8]) -> Vec<u64> {
         return Vec::new();
     };
     rets[..(taken as usize).min(rets.len())].to_vec()
+}
+
+/// Each pool slot's site (`rets`, by slot, from `pool_sites`; 0: not
+/// written yet, left for the next read) with its calls, from the summed
+/// counters (`counts_of`).
+pub(crate) fn pooled(rets: &[u64], summed: &[u64]) -> Vec<(u64, u64)> {
+    let counts = summed.get(NR_SLOTS..).unwrap_or_default();
+    rets.iter()
+        .zip(counts)
+        .filter(|(&ret, _)| ret != 0)
+        .map(|(&ret, &n)| (ret, n))
+        .collect()
 }
 
 /// u64s in a td_fresh: an address and its count per entry.

@@ -88,7 +88,7 @@ impl Poller {
         let mut totals = self.slots();
         // Pool slots are pending sites too, their counts in the counters
         // just read: after them, so a count read has its address (td_pool).
-        let pooled = self.pooled(&maps.read_pool()?);
+        let pooled = percpu::pooled(&maps.read_pool()?, &self.summed);
         self.pending.add_summed(&pooled);
         self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret)
@@ -140,17 +140,6 @@ impl Poller {
         totals.truncate(NR_SLOTS);
         totals.resize(NR_SLOTS, 0);
         totals
-    }
-
-    /// Each pool slot's site (`rets`, by slot; 0: not written yet, left
-    /// for the next poll) with its calls, from the counters last summed.
-    pub(crate) fn pooled(&self, rets: &[u64]) -> Vec<(u64, u64)> {
-        let counts = self.summed.get(NR_SLOTS..).unwrap_or_default();
-        rets.iter()
-            .zip(counts)
-            .filter(|(&ret, _)| ret != 0)
-            .map(|(&ret, &n)| (ret, n))
-            .collect()
     }
 
     /// The kernel side's statistics, with the stack path's counters from
