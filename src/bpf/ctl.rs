@@ -278,18 +278,34 @@ impl Control {
     /// captured reason stays while it is captured, and one that neither
     /// wants is cleared at the site's next call. Entries another process
     /// cached are told from flagged ones by the site table (`slot_of`: the
-    /// slot it gives a return address).
+    /// slot it gives a return address). Pool entries are all flagged
+    /// (`pool_ret`: the address of pool slot k).
     pub(crate) fn flag_sites(
         &self,
         which: impl Fn(u32) -> bool,
         mut slot_of: impl FnMut(u64) -> Option<u32>,
+        pool_ret: impl Fn(usize) -> Option<u64>,
     ) {
         let mut shadow = self.shadow();
         for (i, known) in shadow.iter_mut().enumerate() {
             let cell = self.site_cell(i);
             let now = cell.load(SeqCst);
-            // Empty, or a new site's pool slot: known once it is resolved.
-            if now == 0 || abi::site_cache_site(now).1 as usize >= abi::NR_SLOTS {
+            if now == 0 {
+                continue;
+            }
+            let slot = abi::site_cache_site(now).1;
+            if slot as usize >= abi::NR_SLOTS {
+                // A new site's pool slot, its reason not known until it is
+                // resolved: flagged whatever is captured, as its calls then
+                // reach the gate, which tells its reason by caller range
+                // (as a pending site's), and the sampler. Only the entry as
+                // made (by the pool's address: a return address may be
+                // odd), so never over another site.
+                let made = pool_ret(slot as usize - abi::NR_SLOTS)
+                    .and_then(|ret| abi::site_cache_entry(ret, slot));
+                if made == Some((i, now)) {
+                    let _ = cell.compare_exchange(now, now ^ 1, SeqCst, SeqCst);
+                }
                 continue;
             }
             if *known == 0 {

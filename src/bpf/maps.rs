@@ -511,9 +511,11 @@ impl Maps {
         if !background && captured.is_empty() {
             return;
         }
+        let pool = self.read_pool().unwrap_or_default();
         self.ctl.flag_sites(
             |slot| background || captured.contains(&slot),
             |ret| self.site(ret).ok().flatten(),
+            |k| pool.get(k).copied(),
         );
     }
 

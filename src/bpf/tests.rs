@@ -130,6 +130,11 @@ fn a_pooled_site_s_entry_is_flagged_with_stacks_and_replaced_once_resolved() {
     assert_eq!(cache_cell(&p, a), pool(0, a));
     p.test_count_on(b, 0);
     assert_eq!(cache_cell(&p, b), pool(1, b) ^ 1);
+    // Capture on (of any reason): flagged again, its calls to the gate
+    // until it is resolved; a flagged one left as it is.
+    p.maps().flag_sites(&[7], false);
+    assert_eq!(cache_cell(&p, a), pool(0, a) ^ 1);
+    assert_eq!(cache_cell(&p, b), pool(1, b) ^ 1);
     // Resolved, flagged or not: the reasons' entries.
     for (ret, slot) in [(a, 5), (b, 6)] {
         p.maps().add_site(ret, slot).unwrap();
