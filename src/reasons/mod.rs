@@ -1,7 +1,7 @@
 //! Reason slots: the names behind the per-CPU counter array, and the
 //! mapping from a caller's return address to a slot.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::bpf::abi::{FIRST_REASON, NR_SLOTS, SLOT_NOT_FOUND};
 use crate::bpf::deep::Deep;
@@ -244,6 +244,11 @@ pub(crate) struct Mapper {
     /// Tells tail calls apart by the call instruction before a new site
     /// (None where the kernel's text cannot be read).
     pub(crate) tail: Option<TailCalls>,
+    /// The (slot, name) pairs this process has found in the names map:
+    /// names are never taken back, so each is claimed once, not once per
+    /// new site (every bpf() call of a poll is a call topdown makes while
+    /// its own calls take the counting program's slow path).
+    claimed: HashSet<(u32, String)>,
 }
 
 impl Mapper {
@@ -255,6 +260,7 @@ impl Mapper {
             by_source: Vec::new(),
             deep: Deep::default(),
             tail: None,
+            claimed: HashSet::new(),
         }
     }
 
@@ -313,11 +319,19 @@ impl Mapper {
                 return Ok(slot);
             }
             let name = self.reasons.name(slot).to_string();
-            match maps.claim_name(slot, &name)? {
-                Claim::Ours => return Ok(slot),
+            let key = (slot, name);
+            if self.claimed.contains(&key) {
+                return Ok(slot);
+            }
+            let name = &key.1;
+            match maps.claim_name(slot, name)? {
+                Claim::Ours => {
+                    self.claimed.insert(key);
+                    return Ok(slot);
+                }
                 Claim::Taken(other) => {
                     self.reasons.adopt(slot, &other);
-                    slot = self.reasons.slot(&name);
+                    slot = self.reasons.slot(name);
                 }
             }
         }

@@ -212,3 +212,58 @@ fn call_sites_are_named_by_the_instruction_before_them() {
     let sites = &m.tail.as_ref().unwrap().sites;
     assert_eq!((sites.tail_call_sites, sites.indirect_sites), (1, 2));
 }
+
+/// A names map in memory that counts the claims it is asked for.
+#[derive(Default)]
+struct CountingNames {
+    names: std::cell::RefCell<HashMap<u32, String>>,
+    claims: std::cell::Cell<usize>,
+}
+
+impl NameTable for CountingNames {
+    fn names(&self) -> Result<Vec<(u32, String)>> {
+        let mut v: Vec<_> = self.names.borrow().clone().into_iter().collect();
+        v.sort();
+        Ok(v)
+    }
+
+    fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
+        self.claims.set(self.claims.get() + 1);
+        let mut names = self.names.borrow_mut();
+        let held = names.entry(slot).or_insert_with(|| name.to_string());
+        Ok(if held == name {
+            Claim::Ours
+        } else {
+            Claim::Taken(held.clone())
+        })
+    }
+}
+
+#[test]
+fn a_slot_is_claimed_once_then_known() {
+    let table = CountingNames::default();
+    let mut m = Mapper::auto(64);
+    let a = m.reasons.slot("a");
+    assert_eq!(m.claim(&table, a).unwrap(), a);
+    assert_eq!(m.claim(&table, a).unwrap(), a);
+    assert_eq!(
+        table.claims.get(),
+        1,
+        "the second site of a reason asks nothing"
+    );
+    // Another process named the next slot first: adopted, and "b" claimed
+    // where it lands, then known there.
+    let b = m.reasons.slot("b");
+    table.names.borrow_mut().insert(b, "other".into());
+    let moved = m.claim(&table, b).unwrap();
+    assert_ne!(moved, b);
+    assert_eq!(m.reasons.name(moved), "b");
+    assert_eq!(m.reasons.name(b), "other");
+    let asked = table.claims.get();
+    assert_eq!(m.claim(&table, moved).unwrap(), moved);
+    assert_eq!(table.claims.get(), asked);
+    assert_eq!(
+        table.names().unwrap(),
+        [(a, "a".into()), (b, "other".into()), (moved, "b".into())]
+    );
+}
