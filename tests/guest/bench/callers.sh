@@ -12,7 +12,11 @@
 #     pass that lets topdown resolve the call sites; each figure is the median over the
 #     windows of every round; and the first pass's own cost per call (its call sites
 #     new: their calls take the pending path until a poll resolves them), and the whole
-#     run's (the summary's figure);
+#     run's (the summary's figure: the bench's bpftool snapshots and pauses between
+#     passes included);
+#   - the whole run as a user meets it: topdown FUNC again, the workload's passes
+#     started when it says "Ctrl-C to end", nothing else run meanwhile, then stopped;
+#     the summary's cost per call from attach;
 #   - bpftrace's `fentry:FUNC { @n = count(); }` over the same windows, if the guest has
 #     bpftrace (tests/guest/run --bpftrace).
 # Besides, topdown's own account of the run: calls counted, call sites (reasons), calls
@@ -98,6 +102,29 @@ td_round() {
 	echo "$1 $2 $3.account $total $(summary_num uncached) $own $(reason_rows) $whole" >>"$TD_TMP/results"
 }
 
+# clean_round FUNC ROUND KIND ARGS: the whole run as a user meets it: topdown FUNC ARGS,
+# the workload started when it says "Ctrl-C to end" (the first pass and WINDOWS more,
+# nothing else run meanwhile: no snapshot), then stopped; its cost per call from attach
+# (the summary's run_time_ns / run_cnt) as KIND.clean.
+clean_round() {
+	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
+	rm -f "$TD_OUT" "$TD_ERR"
+	# shellcheck disable=SC2086
+	taskset -c 0 topdown "$1" --no-profile --fentry $4 --json >"$TD_OUT" 2>"$TD_ERR" &
+	TD_PID=$!
+	wait_line "$TD_ERR" "Ctrl-C to end"
+	_p=0
+	while [ $_p -le "$WINDOWS" ]; do
+		mixed
+		_p=$((_p + 1))
+	done
+	td_stop INT >/dev/null
+	[ "$TD_RC" = 0 ] || fail "topdown $1 exited with $TD_RC: $(cat "$TD_ERR")"
+	echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
+		sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
+		awk -v what="$1 $2 $3.clean" '$1 > 0 { printf "%s %.1f %d\n", what, $2 / $1, $1 }' >>"$TD_TMP/results"
+}
+
 # bt_round FUNC ROUND
 bt_round() {
 	bt_start "$bt_fentry:$1 { @n = count(); }"
@@ -110,7 +137,9 @@ mixed # warm the caches of the tree
 for r in $(seq "$ROUNDS"); do
 	for f in $FUNCS; do
 		td_round "$f" "$r" count --no-auto
+		clean_round "$f" "$r" count --no-auto
 		td_round "$f" "$r" auto "--min-events 1000000000"
+		clean_round "$f" "$r" auto "--min-events 1000000000"
 		[ -z "$bt" ] || bt_round "$f" "$r"
 	done
 done
@@ -142,6 +171,10 @@ for f in $FUNCS; do
 		[ -z "$b" ] || line="$line = $(ratio "$first" "$b")x"
 		line="$line; whole run, first pass and all: $whole ns/call"
 		[ -z "$b" ] || line="$line = $(ratio "$whole" "$b")x"
+		clean=$(median "$f" $k.clean)
+		[ -n "$clean" ] || fail "$f: no run of the workload alone"
+		line="$line; whole run of the workload alone, from Ctrl-C: $clean ns/call"
+		[ -z "$b" ] || line="$line = $(ratio "$clean" "$b")x"
 		echo "$line; over its runs: $1 calls counted, $2 uncached, $3 own calls left out"
 	done
 done
