@@ -511,11 +511,17 @@ impl Maps {
         if !background && captured.is_empty() {
             return;
         }
-        let pool = self.read_pool().unwrap_or_default();
+        // Read only if the cache holds a pool entry: once a run's sites
+        // are resolved it holds none, and each tick is spared a bpf() call.
+        let pool = std::cell::OnceCell::new();
         self.ctl.flag_sites(
             |slot| background || captured.contains(&slot),
             |ret| self.site(ret).ok().flatten(),
-            |k| pool.get(k).copied(),
+            |k| {
+                pool.get_or_init(|| self.read_pool().unwrap_or_default())
+                    .get(k)
+                    .copied()
+            },
         );
     }
 
