@@ -69,16 +69,35 @@ windows() {
 	done
 }
 
-# td_round FUNC ROUND KIND ARGS: topdown FUNC ARGS, its figures as KIND (the bare
-# counter's as KIND.bare).
-td_round() {
+# td_launch FUNC ARGS: topdown FUNC --no-profile --fentry ARGS --json on CPU 0, once it
+# says "Ctrl-C to end".
+td_launch() {
 	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
 	rm -f "$TD_OUT" "$TD_ERR"
 	# shellcheck disable=SC2086
-	taskset -c 0 topdown "$1" --no-profile --fentry --companion bare $4 --json \
-		>"$TD_OUT" 2>"$TD_ERR" &
+	taskset -c 0 topdown "$1" --no-profile --fentry $2 --json >"$TD_OUT" 2>"$TD_ERR" &
 	TD_PID=$!
 	wait_line "$TD_ERR" "Ctrl-C to end"
+}
+
+# td_end FUNC: stops td_launch's topdown, which must exit with 0 (sets TD_SUMMARY).
+td_end() {
+	td_stop INT >/dev/null
+	[ "$TD_RC" = 0 ] || fail "topdown $1 exited with $TD_RC: $(cat "$TD_ERR")"
+}
+
+# per_call: the run's cost per call from attach, "NS RUNS" (the summary's run_time_ns /
+# run_cnt); nothing if the program never ran.
+per_call() {
+	echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
+		sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
+		awk '$1 > 0 { printf "%.1f %d\n", $2 / $1, $1 }'
+}
+
+# td_round FUNC ROUND KIND ARGS: topdown FUNC ARGS, its figures as KIND (the bare
+# counter's as KIND.bare).
+td_round() {
+	td_launch "$1" "--companion bare $4"
 	# Until start-up ends every call is pending: the passes below measure new call
 	# sites and steady state, not the start-up window.
 	td_ready
@@ -90,15 +109,13 @@ td_round() {
 	WINDOWS=$_windows
 	sleep 1.5
 	windows "$1" "$2" "$3:$(prog_id "^$prog\$")" "$3.bare:$(prog_id '^td_bare_fentry$')"
-	td_stop INT >/dev/null
-	[ "$TD_RC" = 0 ] || fail "topdown $1 exited with $TD_RC: $(cat "$TD_ERR")"
+	td_end "$1"
 	total=$(summary_num total) own=$(summary_num own_calls)
 	runs=$(echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' | sed -nE 's/.*"run_cnt":([0-9]+).*/\1/p')
 	[ "$((total + own))" = "$runs" ] ||
 		fail "topdown $1: $total calls counted + $own own calls, but its program ran $runs times"
 	# the whole run's cost per call, warm-up pass and all (the summary's figure)
-	whole=$(echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
-		sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' | awk '{ printf "%.1f", $2 / $1 }')
+	whole=$(per_call | cut -d' ' -f1)
 	echo "$1 $2 $3.account $total $(summary_num uncached) $own $(reason_rows) $whole" >>"$TD_TMP/results"
 }
 
@@ -107,22 +124,15 @@ td_round() {
 # nothing else run meanwhile: no snapshot), then stopped; its cost per call from attach
 # (the summary's run_time_ns / run_cnt) as KIND.clean.
 clean_round() {
-	TD_OUT=$TD_TMP/td.out TD_ERR=$TD_TMP/td.err
-	rm -f "$TD_OUT" "$TD_ERR"
-	# shellcheck disable=SC2086
-	taskset -c 0 topdown "$1" --no-profile --fentry $4 --json >"$TD_OUT" 2>"$TD_ERR" &
-	TD_PID=$!
-	wait_line "$TD_ERR" "Ctrl-C to end"
+	td_launch "$1" "$4"
 	_p=0
 	while [ $_p -le "$WINDOWS" ]; do
 		mixed
 		_p=$((_p + 1))
 	done
-	td_stop INT >/dev/null
-	[ "$TD_RC" = 0 ] || fail "topdown $1 exited with $TD_RC: $(cat "$TD_ERR")"
-	echo "$TD_SUMMARY" | grep -o '"bpf":{[^}]*' |
-		sed -nE 's/.*"run_cnt":([0-9]+),"run_time_ns":([0-9]+).*/\1 \2/p' |
-		awk -v what="$1 $2 $3.clean" '$1 > 0 { printf "%s %.1f %d\n", what, $2 / $1, $1 }' >>"$TD_TMP/results"
+	td_end "$1"
+	_w=$(per_call)
+	[ -z "$_w" ] || echo "$1 $2 $3.clean $_w" >>"$TD_TMP/results"
 }
 
 # bt_round FUNC ROUND
