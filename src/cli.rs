@@ -315,8 +315,8 @@ pub struct PinArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group = ArgGroup::new("show_result").args(["save", "baseline"]).multiple(true))]
 pub struct ShowArgs {
-    /// Pinned functions to show (default: all).
-    #[arg(value_name = "FUNC", value_parser = funcname::parse_arg)]
+    /// Pinned functions to show (default: all); a tracepoint as pinned, t:CATEGORY:EVENT.
+    #[arg(value_name = "FUNC", value_parser = funcname::parse_pinned_arg)]
     pub funcs: Vec<FuncName>,
 
     /// Print NDJSON, one object per function.
@@ -350,12 +350,12 @@ pub struct ShowArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct UnpinArgs {
-    /// Pinned functions to remove.
+    /// Pinned functions to remove; a tracepoint as pinned, t:CATEGORY:EVENT.
     #[arg(
         value_name = "FUNC",
         required_unless_present_any = ["all", "synced"],
         conflicts_with_all = ["all", "synced"],
-        value_parser = funcname::parse_arg
+        value_parser = funcname::parse_pinned_arg
     )]
     pub funcs: Vec<FuncName>,
 

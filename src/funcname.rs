@@ -67,6 +67,9 @@ pub struct PinTarget {
 /// clap's value parser for pin's FUNC: a kernel function's name, or a
 /// tracepoint; a refused one is a usage error.
 pub fn parse_pin_arg(s: &str) -> Result<PinTarget, String> {
+    if let Some(why) = return_probe(s) {
+        return Err(why);
+    }
     if s.starts_with(RAW_TP_PREFIX) {
         return Err(format!(
             "'{}': a pin takes its tracepoint as t:CATEGORY:EVENT (tp_btf, else a raw \
@@ -90,6 +93,12 @@ pub fn parse_pin_arg(s: &str) -> Result<PinTarget, String> {
         func,
         tracepoint: None,
     })
+}
+
+/// clap's value parser for show's and unpin's FUNC: a pin's name, spelt as
+/// `pin` took it (a tracepoint's pin is named after its event).
+pub fn parse_pinned_arg(s: &str) -> Result<FuncName, String> {
+    parse_pin_arg(s).map(|t| t.func)
 }
 
 /// How a probe-type prefix on a traced FUNC asks for it to be hooked.
@@ -196,12 +205,51 @@ const HOOK_PREFIXES: [(&str, Hook); 7] = [
     ("f:", Hook::Fentry),
 ];
 
+/// Return-probe types of perf, bcc and bpftrace, longest first, and whether
+/// each is a user-space one. topdown counts calls at entry, by caller: a
+/// return probe is refused rather than read as an entry.
+const RETURN_PREFIXES: [(&str, bool); 7] = [
+    ("uretprobe:", true),
+    ("kretprobe:", false),
+    ("kretfunc:", false),
+    ("fexit:", false),
+    ("ur:", true),
+    ("kr:", false),
+    ("r:", false),
+];
+
+/// The refusal of a return probe (`kretprobe:vfs_read`, `r::vfs_read`,
+/// `uretprobe:/bin/bash:readline`), saying what to type instead.
+fn return_probe(s: &str) -> Option<String> {
+    let (prefix, user) = RETURN_PREFIXES.iter().find(|(p, _)| s.starts_with(p))?;
+    let spec = &s[prefix.len()..];
+    let instead = match (user, spec.rsplit_once(':')) {
+        (true, Some((path, func))) if !path.is_empty() => format!("u:{path}:{func}"),
+        (true, _) => "u:PATH:FUNC".to_string(),
+        (false, Some((_, func))) => func.to_string(),
+        (false, None) => spec.to_string(),
+    };
+    let instead = if instead.is_empty() {
+        "FUNC".to_string()
+    } else {
+        instead
+    };
+    Some(format!(
+        "'{}' is a return probe: topdown counts calls at a function's entry, by \
+         caller, and traces no returns; to count the calls, give {instead}",
+        s.escape_debug()
+    ))
+}
+
 /// The traced FUNC as given, checked: a kernel function's name, or with
 /// `-x` (`user`) a symbol of that file. For a kernel function the probe
 /// types of perf, bcc and bpftrace (`p:vfs_read`, `kprobe:vfs_read`,
 /// `kfunc:vfs_read`) are taken, and `module:func` is the function alone.
 /// The error completes "topdown: ".
 pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>), String> {
+    if let Some(why) = return_probe(s) {
+        return Err(why);
+    }
     if user {
         if s.contains("::") || s.contains('(') {
             return Err(format!(
@@ -237,13 +285,26 @@ pub fn parse_trace_func(s: &str, user: bool) -> Result<(FuncName, Option<Hook>),
         .iter()
         .find_map(|(p, h)| s.strip_prefix(p).map(|rest| (rest, Some(h.clone()))))
         .unwrap_or((s, None));
-    // bpftrace's kfunc:MODULE:FUNC, and MODULE:FUNC: the function alone,
-    // as kallsyms is searched by name. A path or library is -x's.
+    let hooked = hook.is_some();
+    // bpftrace's kfunc:MODULE:FUNC: the function alone, as kallsyms is
+    // searched by name. A path or library is -x's. Without a probe type
+    // the part before ':' would be one topdown does not know (bpftrace
+    // refuses `foo:vfs_read` too): never read it as a module.
     let name = match name.split_once(':') {
-        Some((module, func)) if !is_file_like(module) && !func.contains(':') => func,
+        Some((module, func)) if !is_file_like(module) && !func.contains(':') => {
+            if !hooked {
+                return Err(format!(
+                    "'{}': '{}:' is no probe type topdown knows: a kernel function is FUNC, \
+                     kprobe:FUNC or fentry:FUNC (a module's: kfunc:MODULE:FUNC), a \
+                     tracepoint t:CATEGORY:EVENT, a user function u:PATH:FUNC",
+                    s.escape_debug(),
+                    module.escape_debug()
+                ));
+            }
+            func
+        }
         _ => name,
     };
-    let hooked = hook.is_some();
     FuncName::parse(name).map(|f| (f, hook)).map_err(|why| {
         let why = format!(
             "'{}' is not a kernel function name: {why}",
@@ -405,15 +466,59 @@ mod tests {
             ok("kfunc:ext4:ext4_file_read_iter"),
             (f("ext4_file_read_iter"), Some(Hook::Fentry))
         );
-        assert_eq!(
-            ok("ext4:ext4_file_read_iter"),
-            (f("ext4_file_read_iter"), None)
-        );
+        // A prefix that is no probe type is refused, not read as a module.
+        let e = parse_trace_func("ext4:ext4_file_read_iter", false).unwrap_err();
+        assert!(e.contains("'ext4:' is no probe type"), "{e}");
+        assert!(e.contains("kfunc:MODULE:FUNC"), "{e}");
+        let e = parse_trace_func("foo:vfs_read", false).unwrap_err();
+        assert!(e.contains("'foo:' is no probe type"), "{e}");
         // No advice that fails when followed.
         for bad in ["p:/bin/ls:x", "kprobe:", "tracepoint:sched:x:y", "t:sched"] {
             let e = parse_trace_func(bad, false).unwrap_err();
             assert!(!e.contains("-x"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn return_probes_are_refused_with_what_to_type_instead() {
+        for (given, instead) in [
+            ("kretprobe:vfs_read", "give vfs_read"),
+            ("kretfunc:vfs_read", "give vfs_read"),
+            ("fexit:vfs_read", "give vfs_read"),
+            ("kr:vfs_read", "give vfs_read"),
+            ("r:vfs_read", "give vfs_read"),
+            ("r::vfs_read", "give vfs_read"),
+            (
+                "kretfunc:ext4:ext4_file_read_iter",
+                "give ext4_file_read_iter",
+            ),
+            ("uretprobe:/bin/bash:readline", "give u:/bin/bash:readline"),
+            ("ur:c:malloc", "give u:c:malloc"),
+            ("uretprobe:", "give u:PATH:FUNC"),
+            ("kretprobe:", "give FUNC"),
+        ] {
+            for user in [false, true] {
+                let e = parse_trace_func(given, user).unwrap_err();
+                assert!(e.contains("is a return probe"), "{given}: {e}");
+                assert!(e.ends_with(instead), "{given}: {e}");
+                assert!(!e.contains("-x"), "{given}: {e}");
+            }
+        }
+        // A pinned function is spelt the same way.
+        assert!(parse_pin_arg("kretprobe:vfs_read").is_err());
+        assert!(parse_pinned_arg("kretprobe:vfs_read").is_err());
+    }
+
+    #[test]
+    fn show_and_unpin_take_a_pin_as_pin_spelt_it() {
+        for (given, pin) in [
+            ("t:sched:sched_switch", "sched_switch"),
+            ("tracepoint:kmem:mm_page_alloc", "mm_page_alloc"),
+            ("vfs_read", "vfs_read"),
+        ] {
+            assert_eq!(parse_pinned_arg(given).unwrap().as_str(), pin, "{given}");
+        }
+        assert!(parse_pinned_arg("t:sched").is_err());
     }
 
     #[test]
