@@ -2,7 +2,8 @@
 //! kernel has, and the glue between the code that fires it and the program
 //! (the functions the BPF side skips to find that code's frame).
 
-use std::path::Path;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::kallsyms::{closest, Kallsyms};
@@ -32,12 +33,60 @@ fn subdirs(dir: &Path) -> Option<Vec<String>> {
     )
 }
 
-/// Checks `category:event` against tracefs where it is mounted (the
-/// category is checked only there), else against the kernel's symbols
-/// (`__traceiter_EVENT`): a usage error naming close matches if this
-/// kernel lacks it.
+/// A tracefs mount of topdown's own where none is mounted: attached to no
+/// path (fsopen and fsmount, Linux 5.2, CAP_SYS_ADMIN), so nothing is left
+/// mounted, and gone once the descriptor is closed. perf mounts tracefs for
+/// good where it lacks one; this leaves the system as it was.
+fn detached_tracefs() -> Option<OwnedFd> {
+    // <linux/mount.h>
+    const FSOPEN_CLOEXEC: libc::c_uint = 1;
+    const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+    const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+    // SAFETY: plain system calls; each descriptor returned is owned here.
+    unsafe {
+        let fs = libc::syscall(libc::SYS_fsopen, c"tracefs".as_ptr(), FSOPEN_CLOEXEC);
+        let fs = OwnedFd::from_raw_fd(i32::try_from(fs).ok().filter(|&fd| fd >= 0)?);
+        let null = std::ptr::null::<libc::c_char>();
+        let created = libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            null,
+            null,
+            0,
+        );
+        if created < 0 {
+            return None;
+        }
+        let m = libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, 0);
+        Some(OwnedFd::from_raw_fd(
+            i32::try_from(m).ok().filter(|&fd| fd >= 0)?,
+        ))
+    }
+}
+
+/// Where the tracepoints are listed: tracefs where it is mounted, else a
+/// detached mount of it (held by the descriptor returned), else nowhere.
+fn events_dir() -> Option<(PathBuf, Option<OwnedFd>)> {
+    if let Some(p) = EVENTS.iter().map(Path::new).find(|p| p.is_dir()) {
+        return Some((p.to_path_buf(), None));
+    }
+    let fd = detached_tracefs()?;
+    let dir = PathBuf::from(format!("/proc/self/fd/{}/events", fd.as_raw_fd()));
+    dir.is_dir().then_some((dir, Some(fd)))
+}
+
+/// Checks `category:event` against tracefs (mounted, or mounted by topdown
+/// for the check alone where it is not), else against the kernel's
+/// symbols (`__traceiter_EVENT`; the category unchecked): a usage error
+/// naming close matches if this kernel lacks it.
 pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()> {
-    let events = EVENTS.iter().map(Path::new).find(|p| p.is_dir());
+    let listed = events_dir();
+    let events = listed.as_ref().map(|(p, _)| p.as_path());
+    let shown = match &listed {
+        Some((p, None)) => p.display().to_string(),
+        _ => "tracefs's events".to_string(),
+    };
     let in_kernel = ksyms
         .named(&format!("__traceiter_{event}"))
         .next()
@@ -47,8 +96,7 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
         if !cats.iter().any(|c| c == category) {
             let near = closest(category, cats.iter().map(String::as_str), 5);
             return Err(Error::usage(format!(
-                "no tracepoint category '{category}' on this kernel (not in {}){}",
-                events.display(),
+                "no tracepoint category '{category}' on this kernel (not in {shown}){}",
                 hint(&near)
             )));
         }

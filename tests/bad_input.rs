@@ -123,6 +123,14 @@ const CASES: &[Case] = &[
     case(&["rawtracepoint:sched_switch"], 2, "name it as rawtracepoint:CATEGORY:EVENT"),
     case(&["rawtracepoint:sched:sched_switch", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
     case(&["pin", "rawtracepoint:sched:sched_switch"], 2, "a pin takes its tracepoint as t:CATEGORY:EVENT"),
+    // Return probes: refused, not read as entries; a prefix that is no probe type.
+    case(&["kretprobe:vfs_read"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["kretfunc:vfs_read"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["fexit:vfs_read"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["r::vfs_read"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["uretprobe:/bin/bash:readline"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["pin", "kretprobe:vfs_read"], 2, "is a return probe: topdown counts calls at a function's entry"),
+    case(&["foo:vfs_read"], 2, "is no probe type topdown knows"),
     case(&["u:malloc"], 2, "names no file: u:LIB:FUNC"),
     case(&["u:c:a/b"], 2, "it has a '/' (a function's name, not a path)"),
     // Files, names and values the command line gives that are wrong: exit
@@ -167,6 +175,10 @@ const AS_ROOT: &[Case] = &[
     case(&["vfs_read", "--stack-on", "zap"], 2, "unknown reason 'zap' for --stack-on"),
     case(&["unpin", "no_such_function"], 2, "is not pinned (see topdown show"),
     case(&["show", "no_such_function"], 2, "is not pinned (see topdown show"),
+    case(&["show", "t:sched:no_such_event"], 2, "is not pinned (see topdown show"),
+    // Checked against tracefs whether it is mounted or not (no mount is left).
+    case(&["t:bogus:mm_page_alloc"], 2, "no tracepoint category '"),
+    case(&["t:kmem:sched_switch"], 2, "no tracepoint kmem:sched_switch on this kernel; it is sched:sched_switch"),
 ];
 
 /// The case's directory with its input files: a profile that is not TOML,
@@ -196,10 +208,13 @@ fn files(dir: &Path) -> BTreeSet<PathBuf> {
     out
 }
 
-/// What topdown could leave behind outside the case's directory.
+/// What topdown could leave behind outside the case's directory: locks,
+/// pins, and mounts (tracefs, mounted for a check).
 fn system_state() -> BTreeSet<PathBuf> {
     let mut s = files(Path::new("/run/topdown"));
     s.extend(files(Path::new("/sys/fs/bpf/topdown")));
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    s.extend(mounts.lines().map(|l| PathBuf::from(format!("mount: {l}"))));
     s
 }
 
