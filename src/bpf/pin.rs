@@ -270,9 +270,10 @@ pub(crate) fn pin(
         // The cat-able files are extras: a kernel that cannot make them
         // (before 5.19) still gets the counting instance.
         if let Err(e) = iter::pin_files(&tmp, func.as_str()) {
+            let release = crate::host::kernel_release();
             eprintln!(
-                "topdown: {func}: pinned without its reasons and metrics files \
-                 (they need Linux 5.19 or later): {e}"
+                "topdown: {func}: pinned without its reasons and metrics files: {}",
+                files_refused(e.errno(), release.as_deref(), &e.to_string())
             );
         }
         if replace && dir.exists() {
@@ -292,6 +293,31 @@ pub(crate) fn pin(
         });
     }
     Ok(dir)
+}
+
+/// Why the kernel made no cat-able files, from the failure's errno and
+/// the kernel's release: its age only where it is older than 5.19 (BPF
+/// iterators with bpf_loop); a refusal by policy as such.
+fn files_refused(errno: Option<i32>, release: Option<&str>, err: &str) -> String {
+    let version = release.and_then(|r| {
+        let mut it = r.split(|c: char| !c.is_ascii_digit());
+        Some((
+            it.next()?.parse::<u32>().ok()?,
+            it.next()?.parse::<u32>().ok()?,
+        ))
+    });
+    match (version, errno) {
+        (Some(v), _) if v < (5, 19) => format!(
+            "they need Linux 5.19 or later (BPF iterators with bpf_loop), and this is {}",
+            release.unwrap_or_default()
+        ),
+        (_, Some(libc::EPERM) | Some(libc::EACCES)) => format!(
+            "the kernel refused to load the BPF iterators that make them (EPERM): it \
+             permits no BPF tracing programs here (lockdown or a security module; fentry \
+             is refused too); the counters are pinned and topdown show reads them ({err})"
+        ),
+        _ => err.to_string(),
+    }
 }
 
 /// Swaps the complete new instance in `tmp` with the one at `dir`, then
@@ -558,6 +584,26 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_files_are_blamed_on_the_real_cause() {
+        let old = files_refused(Some(libc::EINVAL), Some("5.10.0-32-cloud-amd64"), "x");
+        assert!(old.contains("need Linux 5.19 or later"), "{old}");
+        assert!(old.ends_with("this is 5.10.0-32-cloud-amd64"), "{old}");
+        let denied = files_refused(Some(libc::EPERM), Some("6.18.0"), "Operation not permitted");
+        assert!(!denied.contains("5.19"), "{denied}");
+        assert!(
+            denied.contains("refused to load the BPF iterators"),
+            "{denied}"
+        );
+        let other = files_refused(
+            Some(libc::E2BIG),
+            Some("6.1.0-40-amd64"),
+            "the verifier says no",
+        );
+        assert_eq!(other, "the verifier says no");
+        assert!(files_refused(None, None, "x") == "x");
+    }
 
     #[test]
     fn meta_round_trips_as_json() {
