@@ -30,8 +30,9 @@ use super::start::{self, Extra};
 pub fn pin(p: Pin) -> Result<()> {
     host::check_privileges()?;
     let func = &p.target.func;
+    // Asked for what is there already: the command line is wrong (2).
     if pin::is_pinned(func) {
-        return Err(Error::msg(format!(
+        return Err(Error::usage(format!(
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
@@ -400,6 +401,7 @@ fn compare_pinned(p: &mut report::Pinned, b: &report::Baseline) {
     let now = Side {
         calls: &p.calls,
         named: &named,
+        gone: &[],
     };
     p.compare = Some(compare::compare(b, now, &info));
 }

@@ -154,7 +154,7 @@ if [ "$FILES" ]; then
 fi
 
 # 2. Bad input: one line, nothing changed.
-expect_fail 1 "$FN is already pinned" pin $FN
+expect_fail 2 "$FN is already pinned" pin $FN
 expect_fail 2 "vfs_read is not pinned" show vfs_read
 expect_fail 2 "vfs_read is not pinned" unpin vfs_read
 expect_fail 2 "$FN is pinned, with its mode, profile and stack settings fixed by topdown pin: leave out --kprobe" $FN --kprobe
