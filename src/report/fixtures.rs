@@ -162,6 +162,7 @@ pub(crate) fn compared_summary() -> Summary {
     let now = Side {
         calls: &sum.calls,
         named: &sum.named,
+        gone: &[],
     };
     let cmp = compare(&b, now, &info);
     sum.fix = info.fix.clone();

@@ -88,6 +88,8 @@ pub(super) struct Run<'a, 'obj> {
     opts: &'a Options,
     /// The --pid filter's processes still alive.
     watched: Vec<Proc>,
+    /// Those that exited during the run, as the verdict names them.
+    exits: Vec<String>,
     /// The baseline's calls, compared with every interval.
     before: Option<report::Distribution>,
     poller: Poller,
@@ -213,6 +215,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             mapper,
             info,
             watched: filter.pids.clone(),
+            exits: Vec::new(),
             filter,
             opts,
             before: opts.baseline.as_ref().map(|b| b.saved.calls()),
@@ -265,7 +268,13 @@ impl<'a, 'obj> Run<'a, 'obj> {
             if self.follow_modules()? {
                 cur = self.totals()?;
             }
-            watch_exits(&mut self.watched, self.probe.maps())?;
+            for p in watch_exits(&mut self.watched, self.probe.maps())? {
+                let secs = now.duration_since(self.start).as_secs_f64();
+                self.exits.push(format!(
+                    "pid {} ({}) exited {secs:.1}s into the run",
+                    p.pid, p.comm
+                ));
+            }
             if now >= self.next_tick {
                 self.tick(now, &cur)?;
             }
@@ -476,10 +485,12 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 Side {
                     calls: before,
                     named: &b.saved.reason_names,
+                    gone: &[],
                 },
                 Side {
                     calls: &report.calls,
                     named: &named,
+                    gone: &[],
                 },
             ));
         }
@@ -569,6 +580,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             let now = Side {
                 calls: &summary.calls,
                 named: &summary.named,
+                gone: &self.exits,
             };
             let cmp = compare::compare(b, now, &self.info);
             summary.phase = cmp.verdict.outcome.phase();
@@ -585,7 +597,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
 /// Takes the processes of the pid filter that exited out of it (a new
 /// process given the same pid must not count), with a notice; not an
 /// error: counting goes on for the others, if any.
-fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
+fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<Vec<Proc>> {
+    let mut exited = Vec::new();
     let mut i = 0;
     while i < watched.len() {
         if watched[i].alive() {
@@ -600,8 +613,9 @@ fn watch_exits(watched: &mut Vec<Proc>, maps: &Maps) -> Result<()> {
             String::new()
         };
         eprintln!("topdown: pid {} ({}) exited{left}", p.pid, p.comm);
+        exited.push(p);
     }
-    Ok(())
+    Ok(exited)
 }
 
 fn emit(out: &mut dyn Write, text: &str) -> Result<()> {

@@ -22,6 +22,10 @@ pub(crate) struct Side<'a> {
     pub(crate) calls: &'a Distribution,
     /// Every reason named, with calls or not (special slots aside).
     pub(crate) named: &'a [String],
+    /// What made the run's window fall short of its workload's: `--pid`
+    /// processes that exited before it ended ("pid 7 (sleep) exited 0.5s
+    /// into the run"). Its rates then read low: no verdict.
+    pub(crate) gone: &'a [String],
 }
 
 impl Side<'_> {
@@ -119,12 +123,31 @@ pub(crate) fn verdict(
         }
     };
     v.now = n;
+    if let Some(first) = now.gone.first() {
+        v.why = format!(
+            "{first}: this run did not watch its workload for all of its {:.1}s, so its rates \
+             read low (run it again with a process that lives to the end, or -d shorter)",
+            now.calls.secs
+        );
+        return v;
+    }
     let expected = b.rate * now.calls.secs;
     if expected < MIN_CALLS as f64 {
         v.why = format!(
             "this run is too short: at the baseline's {:.1}/s, {name} would have made {} in {:.1}s (at least {MIN_CALLS} needed to tell)",
             b.rate,
             calls(expected),
+            now.calls.secs
+        );
+        return v;
+    }
+    // A share needs calls to be a share of: with none, or a handful, the
+    // hot reason's absence says nothing (the workload may not have run).
+    if now.calls.total < MIN_CALLS {
+        v.why = format!(
+            "this run saw too few calls to tell: {} in {:.1}s, at least {MIN_CALLS} needed \
+             (did its workload run?)",
+            crate::report::calls(now.calls.total),
             now.calls.secs
         );
         return v;
@@ -312,6 +335,7 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
     let before = Side {
         calls: &before_calls,
         named: &base.saved.reason_names,
+        gone: &[],
     };
     let rows = changes(before, now);
     let mut warnings = setup_warnings(&base.saved, info);

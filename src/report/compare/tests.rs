@@ -44,10 +44,12 @@ fn rows_cover_both_sides_in_the_baselines_order() {
         Side {
             calls: &before,
             named: &bn,
+            gone: &[],
         },
         Side {
             calls: &now,
             named: &nn,
+            gone: &[],
         },
     );
     let order: Vec<&str> = c.iter().map(|c| c.reason.as_str()).collect();
@@ -71,6 +73,7 @@ fn verified_when_the_share_is_below_and_the_rate_halved() {
     let side = Side {
         calls: &now,
         named: &n,
+        gone: &[],
     };
     let v = verdict(&before, side, true, CFG);
     assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
@@ -120,6 +123,7 @@ fn not_verified_says_which_condition_failed() {
     let side = |d| Side {
         calls: d,
         named: &n,
+        gone: &[],
     };
     // The same workload: neither condition.
     let same = dist(10.0, &[("ZAP", 210), ("FAULT_ALLOC", 50)]);
@@ -159,6 +163,7 @@ fn too_few_calls_are_inconclusive() {
     let side = Side {
         calls: &now,
         named: &n,
+        gone: &[],
     };
     let short = dist(1.0, &[("ZAP", 19)]);
     let v = verdict(&short, side, true, CFG);
@@ -172,7 +177,35 @@ fn too_few_calls_are_inconclusive() {
     assert_eq!(v.reason, None);
     // 20 calls in 10 s: 2/s, so this run needs 10 s to expect 20.
     let slow = dist(10.0, &[("ZAP", 20)]);
+    // Long enough, but no calls at all: nothing shows the workload ran.
     let v = verdict(&slow, side, true, CFG);
+    assert_eq!(v.outcome, Outcome::Inconclusive);
+    assert_eq!(
+        v.why,
+        "this run saw too few calls to tell: 0 calls in 10.0s, at least 20 needed (did its workload run?)"
+    );
+    let few = dist(10.0, &[("FAULT_ALLOC", 19)]);
+    let v = verdict(
+        &slow,
+        Side {
+            calls: &few,
+            ..side
+        },
+        true,
+        CFG,
+    );
+    assert_eq!(v.outcome, Outcome::Inconclusive);
+    assert!(v.why.contains(": 19 calls in 10.0s"), "{}", v.why);
+    let busy = dist(10.0, &[("FAULT_ALLOC", 20)]);
+    let v = verdict(
+        &slow,
+        Side {
+            calls: &busy,
+            ..side
+        },
+        true,
+        CFG,
+    );
     assert_eq!(v.outcome, Outcome::Verified, "{}", v.why);
     let brief = dist(5.0, &[]);
     let v = verdict(
@@ -196,16 +229,17 @@ fn too_few_calls_are_inconclusive() {
 
 #[test]
 fn zero_rates_and_special_slots() {
-    // No calls at all now: 0% share and a 100% fall.
+    // No calls of ZAP now: 0% share and a 100% fall.
     let before = dist(10.0, &[("[caller not found]", 900), ("ZAP", 100)]);
     let mut before_special = before.clone();
     before_special.rows[0].special = true;
-    let empty = dist(10.0, &[]);
+    let empty = dist(10.0, &[("FAULT_ALLOC", 50)]);
     let v = verdict(
         &before_special,
         Side {
             calls: &empty,
             named: &[],
+            gone: &[],
         },
         true,
         VerifyConfig {
@@ -229,13 +263,55 @@ fn zero_rates_and_special_slots() {
 }
 
 #[test]
+fn a_run_whose_process_exited_gives_no_verdict() {
+    let before = dist(10.0, &[("ZAP", 200)]);
+    let n = names(&["ZAP"]);
+    // One call in 3 s, the -p process gone after half a second: its ZAP
+    // rate reads as a 100% fall.
+    let now = dist(3.0, &[("BLOCKED", 1)]);
+    let gone = ["pid 7 (sleep) exited 0.5s into the run".to_string()];
+    let v = verdict(
+        &before,
+        Side {
+            calls: &now,
+            named: &n,
+            gone: &gone,
+        },
+        true,
+        CFG,
+    );
+    assert_eq!(v.outcome, Outcome::Inconclusive);
+    assert!(
+        v.why.starts_with(
+            "pid 7 (sleep) exited 0.5s into the run: this run did not watch its workload"
+        ),
+        "{}",
+        v.why
+    );
+    // However many calls it saw before.
+    let busy = dist(3.0, &[("BLOCKED", 500)]);
+    let v = verdict(
+        &before,
+        Side {
+            calls: &busy,
+            named: &n,
+            gone: &gone,
+        },
+        true,
+        CFG,
+    );
+    assert_eq!(v.outcome, Outcome::Inconclusive);
+}
+
+#[test]
 fn a_baseline_without_a_hot_reason_is_inconclusive() {
     let before = dist(10.0, &[("FAULT_ALLOC", 556), ("ZAP", 444)]);
     let n = names(&["FAULT_ALLOC", "ZAP"]);
-    let now = dist(10.0, &[("ZAP", 10)]);
+    let now = dist(10.0, &[("ZAP", 30)]);
     let side = Side {
         calls: &now,
         named: &n,
+        gone: &[],
     };
     let v = verdict(&before, side, true, CFG);
     assert_eq!(
@@ -444,6 +520,7 @@ fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
         Side {
             calls: &now,
             named: &n,
+            gone: &[],
         },
         &info,
     );
@@ -473,6 +550,7 @@ fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
         Side {
             calls: &now,
             named: &n,
+            gone: &[],
         },
         &info,
     );
@@ -493,6 +571,7 @@ fn another_profile_makes_a_missing_hot_reason_inconclusive_and_warns() {
     let side = Side {
         calls: &now,
         named: &n,
+        gone: &[],
     };
     let c = compare(&strict, side, &info);
     assert_eq!(c.verdict.outcome, Outcome::NotVerified);
