@@ -27,9 +27,9 @@ pub(crate) struct Symbols {
     /// vmlinux, or in tests an ELF image); None: kallsyms.
     kernel: Option<Source<'static>>,
     kcache: HashMap<u64, Vec<String>>,
-    ucache: HashMap<(u32, u64), Vec<String>>,
+    ucache: HashMap<(u32, u64, bool), Vec<String>>,
     /// User frames given as a build ID and a file offset.
-    fcache: HashMap<(BuildId, u64), Vec<String>>,
+    fcache: HashMap<(BuildId, u64, bool), Vec<String>>,
     files: BuildIds,
     /// Command names looked for along PATH.
     known_comms: HashSet<String>,
@@ -81,6 +81,14 @@ fn file_frame(file: &Path, off: u64) -> String {
 }
 
 /// The addresses not yet known, each once.
+/// How far before a user frame's address it is looked up: a return
+/// address at -1, inside the call instruction, so that the frame shows the
+/// call's function and line (as perf does), and at +1 again; the leaf, an
+/// instruction pointer (`is_ip`), at itself.
+fn back(is_ip: bool) -> u64 {
+    u64::from(!is_ip)
+}
+
 fn uncached(addrs: &[u64], known: impl Fn(u64) -> bool) -> Vec<u64> {
     let unknown: HashSet<u64> = addrs.iter().copied().filter(|&a| !known(a)).collect();
     unknown.into_iter().collect()
@@ -219,9 +227,11 @@ impl Symbols {
             .symbolize(&src, Input::VirtOffset(&[vaddr.checked_sub(1)?, vaddr]))
             .ok()?;
         match (res.first()?, res.get(1)?) {
-            (Symbolized::Sym(caller), Symbolized::Sym(at)) => {
-                Some((caller.name.to_string(), frames(at, 0)))
-            }
+            // The frame is the call's, as every return address's is.
+            (Symbolized::Sym(caller), Symbolized::Sym(_)) => Some((
+                caller.name.to_string(),
+                frames(caller, caller.offset as u64 + 1),
+            )),
             _ => None,
         }
     }
@@ -296,15 +306,30 @@ impl Symbols {
 
     /// User frames of process `pid` to names, innermost first: addresses
     /// through the process's maps, build ID frames through their files.
-    pub(crate) fn user(&mut self, pid: u32, stack: &[UserFrame]) -> Vec<String> {
-        let addrs: Vec<u64> = stack.iter().filter_map(|f| f.addr()).collect();
-        self.user_addrs(pid, &addrs);
-        self.file_frames(stack);
-        stack
+    /// `first_is_ip`: the first frame is where the process was (a system
+    /// call's), not a return address as all the others are.
+    pub(crate) fn user(&mut self, pid: u32, stack: &[UserFrame], first_is_ip: bool) -> Vec<String> {
+        let frames: Vec<(UserFrame, bool)> = stack
             .iter()
-            .flat_map(|f| match *f {
-                UserFrame::Addr(a) => self.ucache[&(pid, a)].clone(),
-                UserFrame::File { build_id, offset } => self.fcache[&(build_id, offset)].clone(),
+            .enumerate()
+            .map(|(i, f)| (*f, first_is_ip && i == 0))
+            .collect();
+        for is_ip in [true, false] {
+            let addrs: Vec<u64> = frames
+                .iter()
+                .filter(|(_, ip)| *ip == is_ip)
+                .filter_map(|(f, _)| f.addr())
+                .collect();
+            self.user_addrs(pid, &addrs, is_ip);
+        }
+        self.file_frames(&frames);
+        frames
+            .iter()
+            .flat_map(|&(f, ip)| match f {
+                UserFrame::Addr(a) => self.ucache[&(pid, a, ip)].clone(),
+                UserFrame::File { build_id, offset } => {
+                    self.fcache[&(build_id, offset, ip)].clone()
+                }
             })
             .collect()
     }
@@ -313,19 +338,23 @@ impl Symbols {
     /// of that build ID, or as `file+0xOFF` where the file has no symbol
     /// there, `[unknown]` past its end, or `[build-id:ID]+0xOFF` where
     /// topdown has not met the file.
-    fn file_frames(&mut self, stack: &[UserFrame]) {
-        let mut missing: HashMap<BuildId, Vec<u64>> = HashMap::new();
-        for f in stack {
-            if let UserFrame::File { build_id, offset } = *f {
-                if !self.fcache.contains_key(&(build_id, offset)) {
+    fn file_frames(&mut self, stack: &[(UserFrame, bool)]) {
+        let mut missing: HashMap<BuildId, Vec<(u64, bool)>> = HashMap::new();
+        for &(f, ip) in stack {
+            if let UserFrame::File { build_id, offset } = f {
+                if !self.fcache.contains_key(&(build_id, offset, ip)) {
                     let offs = missing.entry(build_id).or_default();
-                    if !offs.contains(&offset) {
-                        offs.push(offset);
+                    if !offs.contains(&(offset, ip)) {
+                        offs.push((offset, ip));
                     }
                 }
             }
         }
-        for (id, offsets) in missing {
+        for (id, wanted) in missing {
+            let offsets: Vec<u64> = wanted
+                .iter()
+                .map(|&(off, ip)| off.saturating_sub(back(ip)))
+                .collect();
             let path = self.files.path(&id).map(Path::to_path_buf);
             // A frame past the file's end is none of its: the kernel found
             // the mapping above a bogus address (a frame pointer chain
@@ -349,22 +378,27 @@ impl Symbols {
                 }
                 None => Vec::new(),
             };
-            for (i, &off) in offsets.iter().enumerate() {
+            for (i, &(off, ip)) in wanted.iter().enumerate() {
                 let f = match (res.get(i), &path) {
-                    (Some(Symbolized::Sym(s)), _) => frames(s, 0),
+                    (Some(Symbolized::Sym(s)), _) => frames(s, s.offset as u64 + back(ip)),
                     _ if off >= size => vec![crate::reasons::UNKNOWN_NAME.to_string()],
                     (_, Some(p)) => vec![file_frame(p, off)],
                     (_, None) => vec![format!("[build-id:{}]+{off:#x}", build_ids::hex(&id))],
                 };
-                self.fcache.insert((id, off), f);
+                self.fcache.insert((id, off, ip), f);
             }
         }
     }
 
-    /// Names user addresses of process `pid` not named yet.
-    fn user_addrs(&mut self, pid: u32, addrs: &[u64]) {
-        let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a)));
+    /// Names user addresses of process `pid` not named yet: instruction
+    /// pointers (`is_ip`), or return addresses.
+    fn user_addrs(&mut self, pid: u32, addrs: &[u64], is_ip: bool) {
+        let missing = uncached(addrs, |a| self.ucache.contains_key(&(pid, a, is_ip)));
         if !missing.is_empty() {
+            let probes: Vec<u64> = missing
+                .iter()
+                .map(|a| a.saturating_sub(back(is_ip)))
+                .collect();
             // map_files reaches binaries in other mount namespaces, but only
             // while the process lives; after it exits, its cached mappings
             // and the paths in them are all there is.
@@ -375,8 +409,8 @@ impl Symbols {
             });
             let res = self
                 .procs
-                .symbolize(&live, Input::AbsAddr(&missing))
-                .or_else(|_| self.procs.symbolize(&exited, Input::AbsAddr(&missing)));
+                .symbolize(&live, Input::AbsAddr(&probes))
+                .or_else(|_| self.procs.symbolize(&exited, Input::AbsAddr(&probes)));
             let res = match res {
                 Ok(r) => r,
                 Err(e) => {
@@ -395,11 +429,11 @@ impl Symbols {
             }
             for (i, a) in missing.iter().enumerate() {
                 let f = match (res.get(i), self.files.locate(pid, *a)) {
-                    (Some(Symbolized::Sym(s)), _) => frames(s, 0),
+                    (Some(Symbolized::Sym(s)), _) => frames(s, s.offset as u64 + back(is_ip)),
                     (_, Some((file, off))) => vec![file_frame(file, off)],
                     (_, None) => vec![crate::reasons::UNKNOWN_NAME.to_string()],
                 };
-                self.ucache.insert((pid, *a), f);
+                self.ucache.insert((pid, *a, is_ip), f);
             }
         }
     }
@@ -422,12 +456,12 @@ impl SourceLookup for Symbols {
         let name = self.user_function(pid, ret.checked_sub(1)?);
         // Its frame too, while the process may still be there: a stack
         // shows the caller by its address (see Stacks::symbolize).
-        self.user_addrs(pid, &[ret]);
+        self.user_addrs(pid, &[ret], false);
         if name.is_some() {
             return name;
         }
         let (name, frame) = self.caller_in_target(ret, func_at()?)?;
-        self.ucache.insert((pid, ret), frame);
+        self.ucache.insert((pid, ret, false), frame);
         Some(name)
     }
 
@@ -503,9 +537,10 @@ mod tests {
             Some("td_site_caller")
         );
         // Its frame in the stacks too.
+        // At the return address's own offset.
         assert_eq!(
-            s.user(gone, &[UserFrame::Addr(ret)]),
-            vec!["td_site_caller+0x0".to_string()]
+            s.user(gone, &[UserFrame::Addr(ret)], false),
+            vec!["td_site_caller+0x4".to_string()]
         );
         // Without FUNC's address, or outside the file: not named.
         assert_eq!(s.user_caller(gone, ret, &|| None), None);
@@ -533,6 +568,7 @@ mod tests {
                 UserFrame::Addr(header.start + 0x10),
                 UserFrame::Addr(&*heap as *const u64 as u64),
             ],
+            false,
         );
         let name = exe.file_name().unwrap().to_string_lossy();
         assert_eq!(got, vec![format!("{name}+0x10"), "[unknown]".to_string()]);
@@ -564,17 +600,28 @@ mod tests {
         ];
         // Not met yet: by build ID.
         let unknown = format!("[build-id:{}]+{offset:#x}", build_ids::hex(&build_id));
-        assert_eq!(s.user(1, &stack[..1]), vec![unknown]);
+        assert_eq!(s.user(1, &stack[..1], true), vec![unknown]);
         let mut s = Symbols::new(None, false);
         s.know_target(&exe, 0);
+        // The first frame where the process was; the others return addresses.
         assert_eq!(
-            s.user(1, &stack),
+            s.user(1, &stack, true),
             vec![
                 "td_build_id_probe+0x0".to_string(),
                 "[unknown]".into(),
                 format!("[build-id:{}]+0x10", "ab".repeat(20)),
             ]
         );
+        // A return address inside it: its own offset, looked up in the call.
+        let ret = [UserFrame::File {
+            build_id,
+            offset: offset + 5,
+        }];
+        assert_eq!(s.user(1, &ret, false), vec!["td_build_id_probe+0x5"]);
+        // One just past a function's end, where a call was its last
+        // instruction, is still that function's.
+        let start = [UserFrame::File { build_id, offset }];
+        assert_ne!(s.user(1, &start, false), vec!["td_build_id_probe+0x0"]);
     }
 
     #[test]

@@ -218,12 +218,13 @@ impl Stacks {
                     let frames: Vec<UserFrame> = std::iter::once(UserFrame::Addr(s.caller))
                         .chain(s.ustack.iter().skip(1).copied())
                         .collect();
-                    (Vec::new(), self.symbols.user(s.pid, &frames))
+                    (Vec::new(), self.symbols.user(s.pid, &frames, false))
                 } else {
                     let frames =
                         capture::above_entry(&s.kstack, self.func_addr, ENTRY_WINDOW, s.caller);
                     let kernel = self.symbols.kernel(ksyms, &frames);
-                    (kernel, self.symbols.user(s.pid, &s.ustack))
+                    // Its first user frame is where the system call was made.
+                    (kernel, self.symbols.user(s.pid, &s.ustack, true))
                 };
                 let process = Process {
                     comm: s.comm,
