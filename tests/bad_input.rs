@@ -142,6 +142,8 @@ const CASES: &[Case] = &[
     case(&["vfs_read", "--reasons", "{d}/empty.toml"], 2, ":1: missing field `version`"),
     case(&["vfs_read", "--reasons", "/dev/zero"], 2, ": it is larger than 1 MiB"),
     case(&["vfs_read", "--baseline", "/dev/zero"], 2, "it is larger than 64 MiB"),
+    // A named pipe nothing writes to: refused after a wait, never a hang.
+    case(&["vfs_read", "--reasons", "{d}/fifo"], 2, "it is a FIFO that nothing wrote to in 5 s"),
     case(&["vfs_read", "--rules", "A"], 2, "--rules"),
     case(&["vfs_read", "--rules", "=b"], 2, "--rules"),
     case(&["vfs_read", "--rules", "A="], 2, "--rules"),
@@ -191,6 +193,9 @@ fn fixture(dir: &Path) {
     let other = r#"{"format":"topdown-result","version":1,"topdown":"0.1.0","source":"run","func":"deferred_split_folio","kernel":"6.12.0","profile":null,"reason_names":[],"mode":"fentry","phase":"counting","start":1.0,"secs":1.0,"total":0,"rate":0,"reasons":[],"hot_reason":null,"stacks":[]}"#;
     fs::write(dir.join("other.json"), other).unwrap();
     fs::write(dir.join("array.json"), "[]").unwrap();
+    let fifo = std::ffi::CString::new(dir.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a plain syscall on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
 }
 
 /// Every file under `dir`.

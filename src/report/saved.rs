@@ -11,6 +11,9 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -212,6 +215,18 @@ pub(crate) fn check_writable(path: &Path, option: &str) -> Result<()> {
     if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
         return Err(fail("it is a directory".into()));
     }
+    // A FIFO is not opened now: a reader waiting on it would take the
+    // close for the end of what it reads. Whether one reads it at exit is
+    // found then (write_file).
+    if fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| fail("its name has a NUL byte".into()))?;
+        // SAFETY: a plain syscall on a NUL-terminated path.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+            return Err(fail(std::io::Error::last_os_error().to_string()));
+        }
+        return Ok(());
+    }
     // As write_file decides: in place unless a regular file or nothing.
     if fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
         return OpenOptions::new()
@@ -252,6 +267,9 @@ fn sibling(path: &Path, what: &str) -> PathBuf {
 /// that a reader never sees half a file; in place if `path` is not a
 /// regular file (a FIFO, a device, a symbolic link, which is followed).
 pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        return write_fifo(path, bytes);
+    }
     if fs::symlink_metadata(path).is_ok_and(|m| !m.is_file()) {
         return fs::write(path, bytes);
     }
@@ -269,6 +287,30 @@ pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     done
+}
+
+/// Writes `bytes` to the FIFO `path` if something reads it: without a
+/// reader the open would wait for ever, so it fails at once (ENXIO) and
+/// the output is rescued instead.
+fn write_fifo(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => std::io::Error::new(
+                e.kind(),
+                "it is a FIFO that nothing reads (start its reader first)",
+            ),
+            _ => e,
+        })?;
+    // Writes block again: a slow reader is still a reader.
+    // SAFETY: fcntl on a descriptor f owns.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    f.write_all(bytes)
 }
 
 /// An output written at exit, and where it goes if its file cannot be
@@ -493,6 +535,41 @@ pub(crate) mod tests {
             err(&other.to_json()),
             "it is a result for function vfs_read, not deferred_split_folio"
         );
+    }
+
+    #[test]
+    fn a_fifo_output_is_written_to_its_reader_or_rescued_without_one() {
+        let dir = std::env::temp_dir().join(format!("topdown-fifo-out-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("f");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain syscall on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Checked without opening it (that would end a reader's input).
+        check_writable(&fifo, "--save").unwrap();
+        // Nothing reads it: an error at once, not a wait for ever.
+        let e = write_file(&fifo, b"x").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "it is a FIFO that nothing reads (start its reader first)"
+        );
+        // A reader gets it whole.
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || fs::read(fifo).unwrap())
+        };
+        let mut done = write_file(&fifo, b"{\"a\":1}");
+        for _ in 0..100 {
+            if done.is_ok() {
+                break;
+            }
+            // The reader has not opened it yet.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            done = write_file(&fifo, b"{\"a\":1}");
+        }
+        done.unwrap();
+        assert_eq!(reader.join().unwrap(), b"{\"a\":1}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
