@@ -201,8 +201,8 @@ static int print(struct bpf_iter__bpf_map_elem *ctx, bool prom)
 	barrier_var(value);
 	w.values = (__u64)value;
 	if (prom) {
-		BPF_SEQ_PRINTF(w.seq, "# HELP topdown_calls_total Calls of the traced kernel "
-			       "function per reason since it was pinned.\n");
+		BPF_SEQ_PRINTF(w.seq, "# HELP topdown_calls_total Calls of the pinned kernel "
+			       "function or tracepoint per reason since it was pinned.\n");
 		BPF_SEQ_PRINTF(w.seq, "# TYPE topdown_calls_total counter\n");
 	} else {
 		BPF_SEQ_PRINTF(w.seq, "%s: calls per reason since it was pinned\n", func_name);

@@ -127,7 +127,7 @@ fn families(
 ) -> Vec<Family> {
     let mut calls = Family::new(
         "topdown_calls",
-        "Calls of the traced kernel function per reason since it was pinned.",
+        "Calls of the pinned kernel function or tracepoint per reason since it was pinned.",
         Kind::Counter,
     );
     let mut drops = Family::new(
@@ -511,7 +511,7 @@ mod tests {
             .collect();
         let want = format!(
             "\
-# HELP topdown_calls_total Calls of the traced kernel function per reason since it was pinned.
+# HELP topdown_calls_total Calls of the pinned kernel function or tracepoint per reason since it was pinned.
 # TYPE topdown_calls_total counter
 topdown_calls_total{{function=\"deferred_split_folio\",reason=\"ZAP\"}} 7
 topdown_calls_total{{function=\"deferred_split_folio\",reason=\"FAULT_ALLOC\"}} 4

@@ -86,7 +86,7 @@ check_files() {
 			fail "$1: metrics has no $cause $n"
 	done
 	grep -qx "# TYPE topdown_calls_total counter" "$TD_TMP/metrics.prom" || fail "$1: no TYPE line"
-	grep -qx "# HELP topdown_calls_total Calls of the traced kernel function per reason since it was pinned." \
+	grep -qx "# HELP topdown_calls_total Calls of the pinned kernel function or tracepoint per reason since it was pinned." \
 		"$TD_TMP/metrics.prom" || fail "$1: no HELP line"
 	# Prometheus text 0.0.4: comments, or NAME{LABELS} VALUE; no OpenMetrics # EOF.
 	bad=$(grep -v -E '^# (HELP|TYPE) [a-z_]+ |^[a-z_]+\{([a-z_]+="[^"]*",?)*\} [0-9]+$' "$TD_TMP/metrics.prom")
