@@ -21,6 +21,10 @@
 # deadlock. A scrape that takes over 15 s is shown, with where serve's threads wait,
 # and a second one is made (see below).
 # case-timeout: 360
+# In a boot of its own with 8 CPUs (tests/guest/run); in a run of several guests, on
+# 7.x (preemptible) and 5.10 (the oldest), else on the first guest.
+# smp: 8
+# kernels: trixie-backports bullseye
 . "$TD_LIB"
 need_cmd topdown readloop taskset wget
 CPUS=$(grep -c '^processor' /proc/cpuinfo)
