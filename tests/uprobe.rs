@@ -217,6 +217,20 @@ fn a_pie_programs_function_is_counted_for_one_process_and_its_stacks_captured() 
         "{text}"
     );
     assert!(line.ends_with(" 200"), "{text}");
+    // Return addresses at their own offsets (within the call, never +0x0
+    // at a function's first byte): where bpftrace's ustack puts them.
+    for frame in line.trim_end_matches(" 200").split(';') {
+        let Some((name, off)) = frame.split(' ').next().unwrap().split_once("+0x") else {
+            continue;
+        };
+        if name == "main" || name == "caller_two" {
+            assert_ne!(
+                u64::from_str_radix(off, 16).unwrap(),
+                0,
+                "{frame} in {text}"
+            );
+        }
+    }
     gates_add_up(&sum);
 }
 
