@@ -29,7 +29,7 @@ reasons. When one reason reaches --threshold percent of the calls of the last se
 50 ms, whatever the interval), topdown captures its kernel stacks and prints the top ones.\n\n\
 `topdown pin FUNC` leaves tier 1 counting with no topdown process running; `topdown show`, \
 `topdown serve` (Prometheus) and `topdown FUNC` read it; `topdown unpin FUNC` removes it.",
-    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -p 1234 --flamegraph reads.svg\n  topdown vfs_read -d 10 --no-auto\n  topdown deferred_split_folio -d 30 --save before.json   (then, after a fix:)\n  topdown deferred_split_folio -d 30 --baseline before.json\n  topdown pin deferred_split_folio && topdown show",
+    after_help = "Examples:\n  topdown deferred_split_folio -i 1\n  topdown t:sched:sched_switch -d 5   (where kernel functions cannot be traced)\n  topdown u:c:malloc -p 1234\n  topdown deferred_split_folio --stack-on ZAP\n  topdown vfs_read -p 1234 --flamegraph reads.svg\n  topdown vfs_read -d 10 --no-auto\n  topdown deferred_split_folio -d 30 --save before.json   (then, after a fix:)\n  topdown deferred_split_folio -d 30 --baseline before.json\n  topdown pin deferred_split_folio && topdown show",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -162,7 +162,7 @@ pub struct TriggerArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
-    /// Kernel function to trace, or a tracepoint: t:CATEGORY:EVENT (with -x: a function in that file).
+    /// What to trace: a kernel function (FUNC, kprobe:FUNC or p:FUNC, fentry:FUNC or kfunc:FUNC), a tracepoint (t:CATEGORY:EVENT, tracepoint:CATEGORY:EVENT), or a user function (u:PATH:FUNC, uprobe:PATH:FUNC; with -x: FUNC in that file). Return probes are refused: calls are counted at entry.
     #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
     pub func: Option<String>,
 
