@@ -163,8 +163,13 @@ pub struct TriggerArgs {
 #[command(group = ArgGroup::new("result").args(["save", "baseline"]).multiple(true))]
 pub struct TraceArgs {
     /// What to trace: a kernel function (FUNC, kprobe:FUNC or p:FUNC, fentry:FUNC or kfunc:FUNC), a tracepoint (t:CATEGORY:EVENT, tracepoint:CATEGORY:EVENT), or a user function (u:PATH:FUNC, uprobe:PATH:FUNC; with -x: FUNC in that file). Return probes are refused: calls are counted at entry.
-    #[arg(value_name = "FUNC", required_unless_present = "list_profiles")]
+    #[arg(value_name = "FUNC", required_unless_present_any = ["list_profiles", "list"])]
     pub func: Option<String>,
+
+    /// List what can be traced, spelt as FUNC takes it (kernel functions, tracepoints; with -x, the file's functions), those matching PATTERN (*, ?) if given, and exit.
+    #[arg(short = 'l', long = "list", value_name = "PATTERN", num_args = 0..=1,
+          default_missing_value = "*", conflicts_with = "func")]
+    pub list: Option<String>,
 
     /// Trace FUNC in this program or library with a uprobe: a path, or a library name as bcc takes it (c: the C library).
     #[arg(short = 'x', long = "binary", value_name = "PATH")]

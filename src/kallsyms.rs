@@ -192,6 +192,12 @@ impl Kallsyms {
             .filter_map(move |s| s.name.strip_prefix(prefix))
     }
 
+    /// Every function's name, clones folded (`f.isra.0` is `f`), in
+    /// address order, repeated where clones are.
+    pub(crate) fn functions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.syms.iter().map(|s| base_name(&s.name))
+    }
+
     /// Up to `n` function names close to `name`, closest first.
     pub(crate) fn suggest(&self, name: &str, n: usize) -> Vec<String> {
         closest(name, self.syms.iter().map(|s| base_name(&s.name)), n)

@@ -24,6 +24,9 @@ fn main() -> ExitCode {
         }
         match plan.job {
             Job::ListProfiles { json } => jobs::list_profiles(json).map(done),
+            Job::ListTargets { pattern, binary } => {
+                jobs::list_targets(&pattern, binary.as_deref()).map(done)
+            }
             Job::ListReasons { target, json } => jobs::list_reasons(&target, json).map(done),
             Job::Trace(trace) => jobs::trace(*trace),
             Job::Pin(pin) => jobs::pin(*pin).map(done),

@@ -76,6 +76,33 @@ fn events_dir() -> Option<(PathBuf, Option<OwnedFd>)> {
     dir.is_dir().then_some((dir, Some(fd)))
 }
 
+/// Every tracepoint tracefs lists (mounted, or mounted by topdown for
+/// the listing), as (category, event); None where tracefs cannot be had.
+pub(crate) fn all() -> Option<Vec<(String, String)>> {
+    let (events, _mount) = events_dir()?;
+    let mut out = Vec::new();
+    for category in subdirs(&events)? {
+        for event in subdirs(&events.join(&category)).unwrap_or_default() {
+            out.push((category.clone(), event));
+        }
+    }
+    Some(out)
+}
+
+/// The kernel functions kprobes and fentry can attach to, as tracefs's
+/// available_filter_functions lists them; None where it cannot be read
+/// (lockdown refuses it on some kernels).
+pub(crate) fn traceable_functions() -> Option<Vec<String>> {
+    let (events, _mount) = events_dir()?;
+    let text = std::fs::read_to_string(events.parent()?.join("available_filter_functions")).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|n| crate::kallsyms::base_name(n).to_string())
+            .collect(),
+    )
+}
+
 /// Checks `category:event` against tracefs (mounted, or mounted by topdown
 /// for the check alone where it is not), else against the kernel's
 /// symbols (`__traceiter_EVENT`; the category unchecked): a usage error

@@ -102,6 +102,38 @@ fn library_dirs() -> Vec<PathBuf> {
     .collect()
 }
 
+/// The functions defined in the ELF file `path` (its .symtab, .dynsym and
+/// .gnu_debugdata), for `-l`: each name once.
+pub(crate) fn functions(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::usage(format!("-x {}: cannot read it: {e}", path.display())))?;
+    if section_names(&bytes).is_none() {
+        return Err(Error::usage(format!(
+            "-x {}: not an ELF file (give a program or a shared library)",
+            path.display()
+        )));
+    }
+    let mut src = Elf::new(path);
+    src.debug_syms = false;
+    let mut names = Vec::new();
+    Inspector::new()
+        .for_each(&Source::Elf(src), |s| {
+            if s.sym_type == SymType::Function && s.file_offset.is_some_and(|o| o != 0) {
+                names.push(s.name.to_string());
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .map_err(|e| {
+            Error::usage(format!(
+                "-x {}: cannot read its symbols: {e}",
+                path.display()
+            ))
+        })?;
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
 /// The file `name` stands for: a path if it has a slash; else, as bcc's
 /// tools take it, a library (`c` or `libc`: the first `libc.so.N`, or
 /// `libc.so`, that is an ELF file in the library directories), else a

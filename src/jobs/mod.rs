@@ -15,7 +15,7 @@ mod start;
 mod trace;
 
 pub use common::Status;
-pub use list::{list_profiles, list_reasons};
+pub use list::{list_profiles, list_reasons, list_targets};
 pub use pinned::{pin, show, sync, unpin};
 pub use serve::serve;
 pub use trace::trace;

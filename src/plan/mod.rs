@@ -39,6 +39,11 @@ pub struct Plan {
 pub enum Job {
     /// `--list-profiles` (with --json: NDJSON).
     ListProfiles { json: bool },
+    /// `-l [PATTERN]`: what can be traced (with -x: in that file).
+    ListTargets {
+        pattern: String,
+        binary: Option<String>,
+    },
     /// `--list-reasons`: the profile as resolved on this kernel (with
     /// --json: one object).
     ListReasons { target: Target, json: bool },
@@ -323,6 +328,13 @@ pub(crate) fn pinnable(func: &FuncName) -> Result<&FuncName> {
 fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
     if t.list_profiles {
         return Ok((Job::ListProfiles { json: t.json }, t.verbose));
+    }
+    if let Some(pattern) = &t.list {
+        let job = Job::ListTargets {
+            pattern: pattern.clone(),
+            binary: t.binary.clone(),
+        };
+        return Ok((job, t.verbose));
     }
     // clap requires FUNC unless --list-profiles is given.
     let given = t
