@@ -21,7 +21,7 @@ kmajor=$(uname -r | cut -d. -f1) kminor=$(uname -r | cut -d. -f2)
 if [ "$kmajor" -lt 5 ] || { [ "$kmajor" = 5 ] && [ "$kminor" -lt 19 ]; }; then
 	topdown pin $FN 2>"$TD_TMP/pin.err" || fail "pin failed: $(cat "$TD_TMP/pin.err")"
 	cat "$TD_TMP/pin.err"
-	notice=$(grep "^topdown: $FN: pinned without its reasons and metrics files (they need Linux 5.19 or later): " \
+	notice=$(grep "^topdown: $FN: pinned without its reasons and metrics files: they need Linux 5.19 or later (BPF iterators with bpf_loop), and this is $(uname -r)\$" \
 		"$TD_TMP/pin.err")
 	expect_eq "the pin's notice lines" "$(echo "$notice" | grep -c .)" 1
 	[ ! -e $ROOT/$FN/metrics ] || fail "a metrics file on $(uname -r)"
