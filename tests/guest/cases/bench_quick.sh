@@ -2,6 +2,8 @@
 # startup), each in its quick mode (TD_BENCH_QUICK=1: one short round of a few rows), so
 # that a change of an option or of the output they read shows here rather than at the
 # next benchmark run. Their figures are printed but mean nothing this short.
+# They check options and output formats, not the kernel: once per run of several guests.
+# kernels: trixie
 . "$TD_LIB"
 [ -d /bench ] || skip "no /bench in this guest (tests/guest/run puts the benchmarks there)"
 for b in overhead startup; do

@@ -4,6 +4,9 @@
 # and one file that cannot be written (the others still are). A reader of a pinned
 # function that ends on an error leaves its shared state as no reader does.
 # case-timeout: 300
+# How a run ends is user space's (detaching on every kernel is topdown_detach's, the
+# pinned state topdown_pin's): once per run of several guests.
+# kernels: trixie
 . "$TD_LIB"
 need_cmd topdown readloop bpftool
 need_func vfs_read
