@@ -268,18 +268,16 @@ fn a_run_whose_process_exited_gives_no_verdict() {
     let n = names(&["ZAP"]);
     // One call in 3 s, the -p process gone after half a second: its ZAP
     // rate reads as a 100% fall.
-    let now = dist(3.0, &[("BLOCKED", 1)]);
     let gone = ["pid 7 (sleep) exited 0.5s into the run".to_string()];
-    let v = verdict(
-        &before,
-        Side {
-            calls: &now,
+    let judge = |now: &Distribution| {
+        let side = Side {
+            calls: now,
             named: &n,
             gone: &gone,
-        },
-        true,
-        CFG,
-    );
+        };
+        verdict(&before, side, true, CFG)
+    };
+    let v = judge(&dist(3.0, &[("BLOCKED", 1)]));
     assert_eq!(v.outcome, Outcome::Inconclusive);
     assert!(
         v.why.starts_with(
@@ -289,17 +287,7 @@ fn a_run_whose_process_exited_gives_no_verdict() {
         v.why
     );
     // However many calls it saw before.
-    let busy = dist(3.0, &[("BLOCKED", 500)]);
-    let v = verdict(
-        &before,
-        Side {
-            calls: &busy,
-            named: &n,
-            gone: &gone,
-        },
-        true,
-        CFG,
-    );
+    let v = judge(&dist(3.0, &[("BLOCKED", 500)]));
     assert_eq!(v.outcome, Outcome::Inconclusive);
 }
 
