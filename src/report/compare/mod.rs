@@ -355,12 +355,17 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
     }
     let same_profile = base.saved.profile == info.profile;
     let mut verdict = verdict(&before_calls, now, same_profile, base.verify);
-    let load_moved = load_moved(
-        &rows,
-        verdict.reason.as_deref(),
-        base.verify.threshold,
-        same_profile,
-    );
+    // A move needs the evidence a verdict needs: without it, "100% now" may
+    // be one call of a workload that was gone.
+    let load_moved = match verdict.outcome {
+        Outcome::Inconclusive => None,
+        _ => load_moved(
+            &rows,
+            verdict.reason.as_deref(),
+            base.verify.threshold,
+            same_profile,
+        ),
+    };
     if let (true, Outcome::Verified, Some(m)) =
         (base.verify.fail_on_move, verdict.outcome, &load_moved)
     {

@@ -292,6 +292,48 @@ fn a_run_whose_process_exited_gives_no_verdict() {
 }
 
 #[test]
+fn no_load_moved_without_a_verdict() {
+    let base = Baseline {
+        file: "before.json".into(),
+        saved: sample(),
+        verify: CFG,
+    };
+    let info = RunInfo {
+        kernel: "6.12.0".into(),
+        profile: base.saved.profile.clone(),
+        system: None,
+        fix: None,
+    };
+    let n = names(&["FAULT_ALLOC", "ZAP", "KHUGEPAGED"]);
+    let cmp = |now: &Distribution, gone: &[String]| {
+        let side = Side {
+            calls: now,
+            named: &n,
+            gone,
+        };
+        compare(&base, side, &info)
+    };
+    // The load moved to FAULT_ALLOC, with the calls to show it.
+    let moved = dist(10.0, &[("FAULT_ALLOC", 100)]);
+    let c = cmp(&moved, &[]);
+    assert_eq!(c.verdict.outcome, Outcome::Verified, "{}", c.verdict.why);
+    assert_eq!(c.load_moved.map(|m| m.reason), Some("FAULT_ALLOC".into()));
+    // One call, or the workload gone: neither a verdict nor a move.
+    let one = dist(10.0, &[("FAULT_ALLOC", 1)]);
+    let c = cmp(&one, &[]);
+    assert_eq!(
+        (c.verdict.outcome, c.load_moved),
+        (Outcome::Inconclusive, None)
+    );
+    let gone = ["pid 7 (sleep) exited 0.5s into the run".to_string()];
+    let c = cmp(&moved, &gone);
+    assert_eq!(
+        (c.verdict.outcome, c.load_moved),
+        (Outcome::Inconclusive, None)
+    );
+}
+
+#[test]
 fn a_baseline_without_a_hot_reason_is_inconclusive() {
     let before = dist(10.0, &[("FAULT_ALLOC", 556), ("ZAP", 444)]);
     let n = names(&["FAULT_ALLOC", "ZAP"]);
