@@ -80,7 +80,6 @@ fn file_frame(file: &Path, off: u64) -> String {
     format!("{}+{off:#x}", name.to_string_lossy())
 }
 
-/// The addresses not yet known, each once.
 /// How far before a user frame's address it is looked up: a return
 /// address at -1, inside the call instruction, so that the frame shows the
 /// call's function and line (as perf does), and at +1 again; the leaf, an
@@ -89,6 +88,7 @@ fn back(is_ip: bool) -> u64 {
     u64::from(!is_ip)
 }
 
+/// The addresses not yet known, each once.
 fn uncached(addrs: &[u64], known: impl Fn(u64) -> bool) -> Vec<u64> {
     let unknown: HashSet<u64> = addrs.iter().copied().filter(|&a| !known(a)).collect();
     unknown.into_iter().collect()
@@ -216,19 +216,19 @@ impl Symbols {
     /// process gone before its maps were read: FUNC was at `func_at`
     /// there, so the target file was mapped `func_at - FUNC` from its own
     /// addresses. A caller in another file (a program calling a library's
-    /// FUNC) is outside the file's symbols: None. The frame is named at
-    /// `ret` itself, as a live process's is (see user_addrs).
+    /// FUNC) is outside the file's symbols: None. Name and frame come from
+    /// one lookup at `ret` - 1, in the call, as a live process's return
+    /// addresses are named (see user_addrs).
     fn caller_in_target(&mut self, ret: u64, func_at: u64) -> Option<(String, Vec<String>)> {
         let (path, func) = self.target.as_ref()?;
         let vaddr = ret.checked_sub(func_at.checked_sub(*func)?)?;
         let src = Source::Elf(Elf::new(path));
         let res = self
             .sym
-            .symbolize(&src, Input::VirtOffset(&[vaddr.checked_sub(1)?, vaddr]))
+            .symbolize(&src, Input::VirtOffset(&[vaddr.checked_sub(1)?]))
             .ok()?;
-        match (res.first()?, res.get(1)?) {
-            // The frame is the call's, as every return address's is.
-            (Symbolized::Sym(caller), Symbolized::Sym(_)) => Some((
+        match res.first()? {
+            Symbolized::Sym(caller) => Some((
                 caller.name.to_string(),
                 frames(caller, caller.offset as u64 + 1),
             )),
