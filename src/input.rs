@@ -34,12 +34,19 @@ fn read_text_waiting(path: &Path, max: u64, wait: Duration) -> io::Result<String
         wait_for_writer(&f, wait)?;
     }
     // Reads block again, as for any file.
+    blocking(&f);
+    read_capped(f, max)
+}
+
+/// Takes O_NONBLOCK off `f`, opened with it so that the open of a FIFO
+/// does not wait for its other end: its reads and writes then wait as any
+/// file's do.
+pub(crate) fn blocking(f: &File) {
     // SAFETY: fcntl on a descriptor f owns.
     unsafe {
         let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
     }
-    read_capped(f, max)
 }
 
 /// Waits up to `wait` for the FIFO `f` to have something to read (or a

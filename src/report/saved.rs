@@ -11,7 +11,6 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -212,13 +211,14 @@ pub(crate) fn check_writable(path: &Path, option: &str) -> Result<()> {
             path.display()
         ))
     };
-    if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+    let meta = fs::metadata(path).ok();
+    if meta.as_ref().is_some_and(|m| m.is_dir()) {
         return Err(fail("it is a directory".into()));
     }
     // A FIFO is not opened now: a reader waiting on it would take the
     // close for the end of what it reads. Whether one reads it at exit is
     // found then (write_file).
-    if fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+    if meta.is_some_and(|m| m.file_type().is_fifo()) {
         let c = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|_| fail("its name has a NUL byte".into()))?;
         // SAFETY: a plain syscall on a NUL-terminated path.
@@ -305,11 +305,7 @@ fn write_fifo(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             _ => e,
         })?;
     // Writes block again: a slow reader is still a reader.
-    // SAFETY: fcntl on a descriptor f owns.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
-    }
+    crate::input::blocking(&f);
     f.write_all(bytes)
 }
 
