@@ -28,24 +28,11 @@ impl UserTarget {
     /// Finds `func` in the file `name` stands for (see `locate`).
     pub(crate) fn find(name: &str, func: &str) -> Result<UserTarget> {
         let path = locate(name)?;
-        let bytes = std::fs::read(&path)
-            .map_err(|e| Error::usage(format!("-x {}: cannot read it: {e}", path.display())))?;
-        let Some(sections) = section_names(&bytes) else {
-            return Err(Error::usage(format!(
-                "-x {}: not an ELF file (give a program or a shared library)",
-                path.display()
-            )));
-        };
-        let mut src = Elf::new(&path);
-        // The symbol tables only: DWARF would only slow the lookup.
-        src.debug_syms = false;
+        let sections = elf_sections(&path)?;
         let inspector = Inspector::new();
-        let found = inspector.lookup(&Source::Elf(src), &[func]).map_err(|e| {
-            Error::usage(format!(
-                "-x {}: cannot read its symbols: {e}",
-                path.display()
-            ))
-        })?;
+        let found = inspector
+            .lookup(&symbol_tables(&path), &[func])
+            .map_err(|e| symbols_error(&path, e))?;
         let offset = found
             .into_iter()
             .flatten()
@@ -105,33 +92,47 @@ fn library_dirs() -> Vec<PathBuf> {
 /// The functions defined in the ELF file `path` (its .symtab, .dynsym and
 /// .gnu_debugdata), for `-l`: each name once.
 pub(crate) fn functions(path: &Path) -> Result<Vec<String>> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::usage(format!("-x {}: cannot read it: {e}", path.display())))?;
-    if section_names(&bytes).is_none() {
-        return Err(Error::usage(format!(
-            "-x {}: not an ELF file (give a program or a shared library)",
-            path.display()
-        )));
-    }
-    let mut src = Elf::new(path);
-    src.debug_syms = false;
+    elf_sections(path)?;
     let mut names = Vec::new();
     Inspector::new()
-        .for_each(&Source::Elf(src), |s| {
+        .for_each(&symbol_tables(path), |s| {
             if s.sym_type == SymType::Function && s.file_offset.is_some_and(|o| o != 0) {
                 names.push(s.name.to_string());
             }
             std::ops::ControlFlow::Continue(())
         })
-        .map_err(|e| {
-            Error::usage(format!(
-                "-x {}: cannot read its symbols: {e}",
-                path.display()
-            ))
-        })?;
+        .map_err(|e| symbols_error(path, e))?;
     names.sort_unstable();
     names.dedup();
     Ok(names)
+}
+
+/// The section names of the ELF file `path` (for saying where a function
+/// was looked for), or why it cannot be -x's file.
+fn elf_sections(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::usage(format!("-x {}: cannot read it: {e}", path.display())))?;
+    section_names(&bytes).ok_or_else(|| {
+        Error::usage(format!(
+            "-x {}: not an ELF file (give a program or a shared library)",
+            path.display()
+        ))
+    })
+}
+
+/// The file's symbol tables as a source to inspect: DWARF would only slow
+/// the lookup.
+fn symbol_tables(path: &Path) -> Source {
+    let mut src = Elf::new(path.to_path_buf());
+    src.debug_syms = false;
+    Source::Elf(src)
+}
+
+fn symbols_error(path: &Path, e: blazesym::Error) -> Error {
+    Error::usage(format!(
+        "-x {}: cannot read its symbols: {e}",
+        path.display()
+    ))
 }
 
 /// The file `name` stands for: a path if it has a slash; else, as bcc's
