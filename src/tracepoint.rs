@@ -65,42 +65,64 @@ fn detached_tracefs() -> Option<OwnedFd> {
     }
 }
 
-/// Where the tracepoints are listed: tracefs where it is mounted, else a
-/// detached mount of it (held by the descriptor returned), else nowhere.
-fn events_dir() -> Option<(PathBuf, Option<OwnedFd>)> {
-    if let Some(p) = EVENTS.iter().map(Path::new).find(|p| p.is_dir()) {
-        return Some((p.to_path_buf(), None));
-    }
-    let fd = detached_tracefs()?;
-    let dir = PathBuf::from(format!("/proc/self/fd/{}/events", fd.as_raw_fd()));
-    dir.is_dir().then_some((dir, Some(fd)))
+/// tracefs as topdown reads it: where it is mounted, else a detached
+/// mount of it, held for as long as this lives.
+pub(crate) struct Tracefs {
+    /// Its `events` directory.
+    events: PathBuf,
+    _mount: Option<OwnedFd>,
 }
 
-/// Every tracepoint tracefs lists (mounted, or mounted by topdown for
-/// the listing), as (category, event); None where tracefs cannot be had.
-pub(crate) fn all() -> Option<Vec<(String, String)>> {
-    let (events, _mount) = events_dir()?;
-    let mut out = Vec::new();
-    for category in subdirs(&events)? {
-        for event in subdirs(&events.join(&category)).unwrap_or_default() {
-            out.push((category.clone(), event));
+impl Tracefs {
+    /// tracefs where it is mounted, else mounted by topdown for as long as
+    /// this lives; None where neither can be had.
+    pub(crate) fn open() -> Option<Tracefs> {
+        if let Some(p) = EVENTS.iter().map(Path::new).find(|p| p.is_dir()) {
+            return Some(Tracefs {
+                events: p.to_path_buf(),
+                _mount: None,
+            });
+        }
+        let fd = detached_tracefs()?;
+        let events = PathBuf::from(format!("/proc/self/fd/{}/events", fd.as_raw_fd()));
+        events.is_dir().then_some(Tracefs {
+            events,
+            _mount: Some(fd),
+        })
+    }
+
+    /// How an error names where it looked: a mounted tracefs by its path.
+    fn shown(&self) -> String {
+        match self._mount {
+            None => self.events.display().to_string(),
+            Some(_) => "tracefs's events".to_string(),
         }
     }
-    Some(out)
-}
 
-/// The kernel functions kprobes and fentry can attach to, as tracefs's
-/// available_filter_functions lists them; None where it cannot be read
-/// (lockdown refuses it on some kernels).
-pub(crate) fn traceable_functions() -> Option<Vec<String>> {
-    let (events, _mount) = events_dir()?;
-    let text = std::fs::read_to_string(events.parent()?.join("available_filter_functions")).ok()?;
-    Some(
-        text.lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .map(|n| crate::kallsyms::base_name(n).to_string())
-            .collect(),
-    )
+    /// Every tracepoint it lists, as (category, event).
+    pub(crate) fn all(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for category in subdirs(&self.events).unwrap_or_default() {
+            for event in subdirs(&self.events.join(&category)).unwrap_or_default() {
+                out.push((category.clone(), event));
+            }
+        }
+        out
+    }
+
+    /// The kernel functions kprobes and fentry can attach to, as its
+    /// available_filter_functions lists them; None where that cannot be
+    /// read (lockdown refuses it on some kernels).
+    pub(crate) fn traceable_functions(&self) -> Option<Vec<String>> {
+        let list = self.events.parent()?.join("available_filter_functions");
+        let text = std::fs::read_to_string(list).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(|n| crate::kallsyms::base_name(n).to_string())
+                .collect(),
+        )
+    }
 }
 
 /// Checks `category:event` against tracefs (mounted, or mounted by topdown
@@ -108,12 +130,9 @@ pub(crate) fn traceable_functions() -> Option<Vec<String>> {
 /// symbols (`__traceiter_EVENT`; the category unchecked): a usage error
 /// naming close matches if this kernel lacks it.
 pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()> {
-    let listed = events_dir();
-    let events = listed.as_ref().map(|(p, _)| p.as_path());
-    let shown = match &listed {
-        Some((p, None)) => p.display().to_string(),
-        _ => "tracefs's events".to_string(),
-    };
+    let tracefs = Tracefs::open();
+    let events = tracefs.as_ref().map(|t| t.events.as_path());
+    let shown = tracefs.as_ref().map(Tracefs::shown).unwrap_or_default();
     let in_kernel = ksyms
         .named(&format!("__traceiter_{event}"))
         .next()

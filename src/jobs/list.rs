@@ -9,7 +9,7 @@ use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::plan::Target;
 use crate::profile;
-use crate::tracepoint;
+use crate::tracepoint::Tracefs;
 use crate::user;
 
 /// `--list-profiles`: name, traced function and description of each; with
@@ -82,7 +82,9 @@ pub fn list_targets(pattern: &str, binary: Option<&str>) -> Result<()> {
         // Names only: no addresses needed (kptr_restrict may hide them).
         let ksyms =
             Kallsyms::load().map_err(|e| Error::msg(format!("cannot read /proc/kallsyms: {e}")))?;
-        match tracepoint::traceable_functions() {
+        // One tracefs for both lists (where topdown mounts it, one mount).
+        let tracefs = Tracefs::open();
+        match tracefs.as_ref().and_then(Tracefs::traceable_functions) {
             Some(funcs) => funcs.iter().for_each(|f| keep(&mut lines, f, f.clone())),
             None => {
                 // Every text symbol: some cannot be traced (notrace, inlined
@@ -102,7 +104,7 @@ pub fn list_targets(pattern: &str, binary: Option<&str>) -> Result<()> {
         }
         // Only real tracepoints: the syscalls category's events are the
         // raw_syscalls tracepoints filtered, with no __traceiter_ of their own.
-        for (category, event) in tracepoint::all().unwrap_or_default() {
+        for (category, event) in tracefs.as_ref().map(Tracefs::all).unwrap_or_default() {
             if ksyms
                 .named(&format!("__traceiter_{event}"))
                 .next()
