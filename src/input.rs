@@ -108,9 +108,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("topdown-fifo-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let fifo = dir.join("f");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a plain syscall on a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        crate::testing::mkfifo(&fifo);
         let e = read_text_waiting(&fifo, MAX_PROFILE, Duration::from_millis(100)).unwrap_err();
         assert!(
             e.to_string()

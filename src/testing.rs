@@ -23,3 +23,14 @@ pub(crate) fn bpf_or_skip() -> bool {
         }
     }
 }
+
+/// Makes a FIFO at `path` (mkfifo(3)), mode 0600.
+pub(crate) fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a plain syscall on a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {path:?}"
+    );
+}

@@ -538,9 +538,7 @@ pub(crate) mod tests {
         let dir = std::env::temp_dir().join(format!("topdown-fifo-out-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let fifo = dir.join("f");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a plain syscall on a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        crate::testing::mkfifo(&fifo);
         // Checked without opening it (that would end a reader's input).
         check_writable(&fifo, "--save").unwrap();
         // Nothing reads it: an error at once, not a wait for ever.
