@@ -38,7 +38,12 @@ for variant in "--fentry" "--fentry --companion fexit" "--kprobe"; do
 	expect_eq "vfs_read $variant: caller not found" "$(summary_num caller_not_found)" 0
 	uncached=$(summary_num uncached)
 	if [ "$variant" = "--fentry --companion fexit" ] && [ -n "$fexit_misses" ]; then
-		expect_eq "vfs_read $variant: uncached (every call)" "$uncached" "$total"
+		# Every call through the final trampoline misses: readloop's 2100 at least.
+		# A call in the moment between the fentry and the fexit attach went through a
+		# trampoline without the slot, where the quick read is right (mismatches 0).
+		[ "$uncached" -ge 2100 ] && [ "$uncached" -le "$total" ] ||
+			fail "vfs_read $variant: $uncached of $total calls uncached, want readloop's 2100 at least: the quick read hit behind an fexit slot"
+		echo "ok: vfs_read $variant: $uncached of $total calls uncached (readloop's 2100 among them)"
 	else
 		[ $((uncached + 2000)) -le "$total" ] ||
 			fail "vfs_read $variant: $uncached of $total calls uncached: the 2000 reads were not all served by the site cache"
