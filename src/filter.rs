@@ -288,6 +288,7 @@ impl Filter {
             tgids: self.tgids(),
             cgroup: self.cgroup.as_ref().map(|c| c.fd.clone()),
             cpus: self.cpus.clone(),
+            syscall: None,
         }
     }
 }

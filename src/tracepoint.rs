@@ -125,6 +125,94 @@ impl Tracefs {
     }
 }
 
+/// A system call's tracepoint (`syscalls:sys_enter_NAME`, `sys_exit_NAME`).
+/// The kernel has no tracepoint of its own for each: its perf events are
+/// raw_syscalls's `sys_enter` or `sys_exit` tested for NAME's number, and
+/// so are topdown's programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Syscall {
+    /// NAME's number on this architecture.
+    pub(crate) nr: u32,
+    /// `sys_exit_NAME`: the number is read from the registers, as the
+    /// exit's tracepoint does not pass it.
+    pub(crate) exit: bool,
+}
+
+mod numbers {
+    include!(concat!(env!("OUT_DIR"), "/syscalls.rs"));
+}
+
+/// The kernel's names (SYSCALL_DEFINE's) that are not the headers'.
+const RENAMED: [(&str, &str); 7] = [
+    ("newstat", "stat"),
+    ("newlstat", "lstat"),
+    ("newfstat", "fstat"),
+    ("newuname", "uname"),
+    ("umount", "umount2"),
+    ("sendfile64", "sendfile"),
+    ("fadvise64_64", "fadvise64"),
+];
+
+impl Syscall {
+    /// The raw tracepoint its programs attach to.
+    pub(crate) fn event(&self) -> &'static str {
+        if self.exit {
+            "sys_exit"
+        } else {
+            "sys_enter"
+        }
+    }
+}
+
+/// `category:event` as a system call's tracepoint: None for any other
+/// tracepoint; an error for a `syscalls` event that is no call's entry or
+/// exit, or a call whose number topdown was not built with.
+pub(crate) fn syscall(category: &str, event: &str) -> Result<Option<Syscall>> {
+    if category != "syscalls" {
+        return Ok(None);
+    }
+    let (name, exit) = if let Some(n) = event.strip_prefix("sys_enter_") {
+        (n, false)
+    } else if let Some(n) = event.strip_prefix("sys_exit_") {
+        (n, true)
+    } else {
+        return Err(Error::usage(format!(
+            "no tracepoint syscalls:{event}: its events are sys_enter_NAME and sys_exit_NAME \
+             (or t:raw_syscalls:sys_enter for every call)"
+        )));
+    };
+    let header = RENAMED
+        .iter()
+        .find(|(kernel, _)| *kernel == name)
+        .map_or(name, |(_, h)| h);
+    let nr = [name, header]
+        .iter()
+        .find_map(|n| number(n))
+        .ok_or_else(|| {
+            let prefix = if exit { "sys_exit_" } else { "sys_enter_" };
+            let near: Vec<String> = closest(name, numbers::SYSCALLS.iter().map(|(n, _)| *n), 3)
+                .into_iter()
+                .map(|n| format!("{prefix}{n}"))
+                .collect();
+            Error::usage(format!(
+                "no system call '{name}' among the {} this topdown was built with (its \
+                 build's asm/unistd.h); t:raw_syscalls:{} counts every call{}",
+                numbers::SYSCALLS.len(),
+                if exit { "sys_exit" } else { "sys_enter" },
+                hint(&near)
+            ))
+        })?;
+    Ok(Some(Syscall { nr, exit }))
+}
+
+/// A system call's number by the headers' name.
+fn number(name: &str) -> Option<u32> {
+    let i = numbers::SYSCALLS
+        .binary_search_by(|(n, _)| (*n).cmp(name))
+        .ok()?;
+    Some(numbers::SYSCALLS[i].1)
+}
+
 /// Checks `category:event` against tracefs (mounted, or mounted by topdown
 /// for the check alone where it is not), else against the kernel's
 /// symbols (`__traceiter_EVENT`; the category unchecked): a usage error
@@ -133,8 +221,15 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
     let tracefs = Tracefs::open();
     let events = tracefs.as_ref().map(|t| t.events.as_path());
     let shown = tracefs.as_ref().map(Tracefs::shown).unwrap_or_default();
+    // A system call's event is raw_syscalls's, tested for its number
+    // (tracefs, where it is, names close events first).
+    let fired = match syscall(category, event) {
+        Ok(s) => s.map_or(event, |s| s.event()),
+        Err(e) if events.is_none() => return Err(e),
+        Err(_) => event,
+    };
     let in_kernel = ksyms
-        .named(&format!("__traceiter_{event}"))
+        .named(&format!("__traceiter_{fired}"))
         .next()
         .is_some();
     if let Some(events) = events {
@@ -148,7 +243,7 @@ pub(crate) fn check(ksyms: &Kallsyms, category: &str, event: &str) -> Result<()>
         }
         let mine = subdirs(&events.join(category)).unwrap_or_default();
         if mine.iter().any(|e| e == event) {
-            return Ok(());
+            return syscall(category, event).map(drop);
         }
         // In another category?
         let elsewhere = cats
@@ -235,6 +330,37 @@ ffffffff81300020 t __bpf_trace_mm_page_free
                 (0xffffffff81300000, 0xffffffff81300020),
             ]
         );
+    }
+
+    #[test]
+    fn a_system_call_s_event_is_its_number_on_raw_syscalls() {
+        let enter = syscall("syscalls", "sys_enter_read").unwrap().unwrap();
+        assert_eq!((enter.nr, enter.exit), (libc::SYS_read as u32, false));
+        assert_eq!(enter.event(), "sys_enter");
+        let exit = syscall("syscalls", "sys_exit_openat").unwrap().unwrap();
+        assert_eq!((exit.nr, exit.exit), (libc::SYS_openat as u32, true));
+        assert_eq!(exit.event(), "sys_exit");
+        // The kernel's names that are not the headers'.
+        let nr = |e: &str| syscall("syscalls", e).unwrap().unwrap().nr;
+        assert_eq!(nr("sys_enter_newfstat"), libc::SYS_fstat as u32);
+        assert_eq!(nr("sys_enter_newuname"), libc::SYS_uname as u32);
+        assert_eq!(nr("sys_exit_umount"), libc::SYS_umount2 as u32);
+        assert_eq!(nr("sys_enter_sendfile64"), libc::SYS_sendfile as u32);
+        assert_eq!(syscall("sched", "sched_switch").unwrap(), None);
+    }
+
+    #[test]
+    fn a_syscalls_event_that_is_no_call_s_is_refused_with_what_to_type() {
+        let e = syscall("syscalls", "sys_enter").unwrap_err().to_string();
+        assert!(
+            e.contains("sys_enter_NAME") && e.contains("t:raw_syscalls:sys_enter"),
+            "{e}"
+        );
+        let e = syscall("syscalls", "sys_exit_clock_nanosleeep")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no system call 'clock_nanosleeep'"), "{e}");
+        assert!(e.contains("did you mean: sys_exit_clock_nanosleep"), "{e}");
     }
 
     #[test]

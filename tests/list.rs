@@ -44,9 +44,21 @@ fn kernel_functions_and_tracepoints_are_listed_as_topdown_takes_them() {
     }
     let (rc, out, err) = topdown(&["-l", "t:sched:sched_swi*"]);
     assert_eq!((rc, out.as_str()), (0, "t:sched:sched_switch\n"), "{err}");
-    // Real tracepoints only: the syscalls category's are left out.
-    let (_, out, _) = topdown(&["-l", "t:syscalls:*"]);
-    assert_eq!(out, "");
+    // System calls' events too (raw_syscalls's, filtered by number); not
+    // their category's enable and filter files.
+    let (_, out, _) = topdown(&["-l", "t:syscalls:*read"]);
+    assert!(
+        out.lines().any(|l| l == "t:syscalls:sys_enter_read"),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l == "t:syscalls:sys_exit_read"),
+        "{out}"
+    );
+    assert!(
+        out.lines().all(|l| l.starts_with("t:syscalls:sys_")),
+        "{out}"
+    );
     let (_, out, _) = topdown(&["-l", "mm_page_alloc"]);
     assert!(out.lines().any(|l| l == "t:kmem:mm_page_alloc"), "{out}");
     // Whatever tracefs's state, none is left mounted.

@@ -9,6 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::bpf::skel::types;
+use crate::tracepoint::Syscall;
 
 /// Reason slots in the per-CPU counter array.
 pub(crate) const NR_SLOTS: usize = types::td_abi::TD_NR_SLOTS.0 as usize;
@@ -157,11 +158,17 @@ pub(crate) struct Filters {
     pub(crate) cgroup: Option<Arc<OwnedFd>>,
     /// The CPUs counted; None: every CPU.
     pub(crate) cpus: Option<Vec<u32>>,
+    /// One system call's calls of raw_syscalls's sys_enter or sys_exit
+    /// (`t:syscalls:...`); None: every call of the traced function.
+    pub(crate) syscall: Option<Syscall>,
 }
 
 impl Filters {
     pub(crate) fn is_empty(&self) -> bool {
-        self.tgids.is_empty() && self.cgroup.is_none() && self.cpus.is_none()
+        self.tgids.is_empty()
+            && self.cgroup.is_none()
+            && self.cpus.is_none()
+            && self.syscall.is_none()
     }
 }
 
@@ -205,7 +212,19 @@ impl LoadConfig {
         dst.filter_pids = (!f.tgids.is_empty()).into();
         dst.filter_cgroup = f.cgroup.is_some().into();
         dst.filter_cpus = f.cpus.is_some().into();
-        dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus != 0).into();
+        (dst.filter_syscall, dst.syscall_nr) = match f.syscall {
+            None => (0, 0),
+            Some(s) => {
+                let on = match s.exit {
+                    false => types::td_syscall_filter::TD_SYSCALL_ENTER,
+                    true => types::td_syscall_filter::TD_SYSCALL_EXIT,
+                };
+                (on.0 as u8, s.nr)
+            }
+        };
+        dst.filtered = (dst.filter_pids | dst.filter_cgroup | dst.filter_cpus | dst.filter_syscall
+            != 0)
+            .into();
         dst.cpus = [0; MAX_CPUS as usize / 64];
         for &c in f.cpus.iter().flatten().filter(|&&c| c < MAX_CPUS) {
             dst.cpus[c as usize / 64] |= 1 << (c % 64);

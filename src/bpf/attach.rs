@@ -312,6 +312,9 @@ fn try_tp<'obj>(
         // The programs' CO-RE reads are resolved against the kernel's BTF.
         return Err(no_btf());
     }
+    // A system call's event (`event` names it) is raw_syscalls's, filtered.
+    let named = event;
+    let event = config.filter.syscall.map_or(event, |s| s.event());
     let open = probe::open(storage, config, event, mode, companion, host).map_err(|e| {
         match e.errno() {
             Some(libc::ESRCH) | Some(libc::ENOENT) => {
@@ -343,7 +346,7 @@ fn try_tp<'obj>(
             _ => format!("the {mode} program failed to {err}"),
         }
     })?;
-    let mut probe = Probe::new(skel, mode, which, event, Some(link)).map_err(|e| e.to_string())?;
+    let mut probe = Probe::new(skel, mode, which, named, Some(link)).map_err(|e| e.to_string())?;
     if let Some(kind) = companion {
         probe.attach_companion(kind).map_err(|e| e.to_string())?;
     }

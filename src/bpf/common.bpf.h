@@ -180,6 +180,7 @@ enum td_stat _td_stat = TD_NR_STATS;
 enum td_slot_none _td_slot_none = TD_SLOT_NONE;
 enum td_no_pid _td_no_pid = TD_NO_PID;
 enum td_watch_byte _td_watch_byte = TD_WATCH_OWN;
+enum td_syscall_filter _td_syscall_filter = TD_SYSCALL_ANY;
 struct td_pids _td_pids = {};
 struct td_early_key _td_early_key = {};
 

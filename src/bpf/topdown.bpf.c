@@ -356,7 +356,7 @@ static __always_inline void count_call(void *ctx, enum td_kind kind, enum td_pat
 static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path path,
 				     bool loops)
 {
-	if (wanted(path))
+	if (wanted(ctx, path))
 		count_call(ctx, kind, path, loops);
 }
 

@@ -244,6 +244,13 @@ struct td_rule {
  * but not the load of the switch, so the common setting's program reads
  * none.
  */
+/* td_config.filter_syscall: which of raw_syscalls's events, tested for syscall_nr */
+enum td_syscall_filter {
+	TD_SYSCALL_ANY = 0,	/* no test: not a system call's tracepoint */
+	TD_SYSCALL_ENTER = 1,	/* sys_enter: the number is its second argument */
+	TD_SYSCALL_EXIT = 2,	/* sys_exit: the number is in the registers */
+};
+
 enum td_path {
 	TD_PATH_ANY = 0,	/* reads filtered and verify_caller */
 	TD_PATH_COMMON = 1,	/* neither: no filter, no --verify-caller */
@@ -297,10 +304,12 @@ struct td_config {
 	__u8 fresh;
 	/* New sites never take pool slots (td_pool): tests of the pending path. */
 	__u8 no_pool;
+	/* enum td_syscall_filter: only calls of system call syscall_nr count */
+	__u8 filter_syscall;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;
-	__u32 pad2;
+	__u32 syscall_nr;
 	__u64 glue_lo[TD_MAX_GLUE];
 	__u64 glue_hi[TD_MAX_GLUE];
 	/*

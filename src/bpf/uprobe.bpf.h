@@ -95,7 +95,7 @@ int BPF_KPROBE(td_uprobe)
 	__u32 *slot, r, on;
 	__u64 n = 0;
 
-	if (!wanted(TD_PATH_ANY))
+	if (!wanted(ctx, TD_PATH_ANY))
 		return 0;
 	if (is_own_call()) {
 		/* Symbolizing calls FUNC too where it is, say, malloc. */

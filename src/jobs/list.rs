@@ -9,7 +9,7 @@ use crate::host;
 use crate::kallsyms::Kallsyms;
 use crate::plan::Target;
 use crate::profile;
-use crate::tracepoint::Tracefs;
+use crate::tracepoint::{self, Tracefs};
 use crate::user;
 
 /// `--list-profiles`: name, traced function and description of each; with
@@ -102,11 +102,17 @@ pub fn list_targets(pattern: &str, binary: Option<&str>) -> Result<()> {
                 }
             }
         }
-        // Only real tracepoints: the syscalls category's events are the
-        // raw_syscalls tracepoints filtered, with no __traceiter_ of their own.
+        // What topdown can attach to: a tracepoint of the kernel's, or a
+        // system call's event (raw_syscalls's, filtered by its number), not
+        // the other events of tracefs (ftrace's own, kprobes made there).
         for (category, event) in tracefs.as_ref().map(Tracefs::all).unwrap_or_default() {
+            let fired = match tracepoint::syscall(&category, &event) {
+                Ok(Some(s)) => s.event(),
+                Ok(None) => event.as_str(),
+                Err(_) => continue,
+            };
             if ksyms
-                .named(&format!("__traceiter_{event}"))
+                .named(&format!("__traceiter_{fired}"))
                 .next()
                 .is_some()
             {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::bpf::abi::{LoadConfig, MAX_GLUE, SLOT_NOT_FOUND};
+use crate::bpf::abi::{Filters, LoadConfig, MAX_GLUE, SLOT_NOT_FOUND};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::probe::{self, Companion, Mode, Probe};
 use crate::error::{Error, Result};
@@ -14,7 +14,7 @@ use crate::kallsyms::Kallsyms;
 use crate::plan::{Load, Target, Trace};
 use crate::profile;
 use crate::reasons::{self, Mapper};
-use crate::tracepoint;
+use crate::tracepoint::{self, Syscall};
 
 use super::common::tail_calls;
 
@@ -68,7 +68,8 @@ impl Kernel {
         let (func_addr, glue) = match &target.tracepoint {
             Some(category) => {
                 tracepoint::check(&ksyms, category, &target.func)?;
-                let (glue, iter) = tracepoint::glue(&ksyms, &target.func, MAX_GLUE);
+                let fired = syscall_of(target)?.map_or(target.func.as_str(), |s| s.event());
+                let (glue, iter) = tracepoint::glue(&ksyms, fired, MAX_GLUE);
                 (iter, glue)
             }
             None => (host::resolve_function(&ksyms, &target.func)?, Vec::new()),
@@ -99,6 +100,14 @@ impl Kernel {
             mapper,
             stack_on,
         })
+    }
+}
+
+/// A system call's tracepoint's number (`t:syscalls:sys_enter_NAME`).
+fn syscall_of(target: &Target) -> Result<Option<Syscall>> {
+    match &target.tracepoint {
+        Some(category) => tracepoint::syscall(category, &target.func),
+        None => Ok(None),
     }
 }
 
@@ -186,7 +195,10 @@ pub(super) fn start<'obj>(
             deep: early.as_ref().map(|k| k.mapper.deep.tables()),
             deep_depth: deep_depth(target),
             stacks: extra.stacks,
-            filter: extra.filter.for_bpf(),
+            filter: Filters {
+                syscall: syscall_of(target)?,
+                ..extra.filter.for_bpf()
+            },
             glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
             fresh: extra.fresh,
             no_pool: false,
