@@ -175,6 +175,15 @@ pub struct TraceArgs {
     #[arg(short = 'x', long = "binary", value_name = "PATH")]
     pub binary: Option<String>,
 
+    /// Run CMD (with /bin/sh -c) and count only its calls and its children's, from its first instruction; the run ends when it exits.
+    #[arg(short = 'c', long = "command", value_name = "CMD",
+          conflicts_with_all = ["pids", "cgroup", "argv"])]
+    pub command: Option<String>,
+
+    /// As -c, the command after `--`, run as its words are (no shell): topdown FUNC -- CMD ARGS.
+    #[arg(last = true, value_name = "CMD ARGS", conflicts_with_all = ["pids", "cgroup"])]
+    pub argv: Vec<String>,
+
     /// Seconds between reports.
     #[arg(short, long, value_name = "SECS", default_value_t = 1.0, value_parser = interval_secs)]
     pub interval: f64,

@@ -150,7 +150,7 @@ fn fs_type(path: &Path) -> std::io::Result<i64> {
 }
 
 /// Where cgroup v2 is mounted (the first such mount in /proc/self/mounts).
-fn cgroup2_mount() -> Option<PathBuf> {
+pub(crate) fn cgroup2_mount() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     mounts.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();

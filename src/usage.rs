@@ -20,11 +20,16 @@ fn commands() -> Vec<String> {
 pub fn explain(args: &[String], e: &clap::Error) -> String {
     let text = e.render().to_string();
     let msg = first_paragraph(&text);
-    let conflict = msg
-        .strip_prefix("the subcommand '")
-        .and_then(|rest| rest.split_once('\''))
-        .filter(|(_, rest)| rest.starts_with(" cannot be used with"))
-        .map(|(x, _)| x);
+    // A word where none was wanted: clap says one of two things, as the
+    // words after `--` (CMD ARGS) are a positional of their own.
+    let quoted = |prefix: &str, then: &str| {
+        msg.strip_prefix(prefix)
+            .and_then(|rest| rest.split_once('\''))
+            .filter(|(x, rest)| rest.starts_with(then) && !x.starts_with('-'))
+            .map(|(x, _)| x)
+    };
+    let conflict = quoted("the subcommand '", " cannot be used with")
+        .or_else(|| quoted("unexpected argument '", " found"));
     if let Some(better) = conflict.and_then(|x| habit(args, x)) {
         return better;
     }

@@ -383,7 +383,8 @@ fn synopsis_forms(page: &str) -> Vec<String> {
 /// The long and short options a form names: `--listen`, `-x`.
 fn named_options(form: &str) -> Vec<String> {
     form.split(|c: char| c.is_whitespace() || "[]|".contains(c))
-        .filter(|w| w.starts_with('-') && w.len() > 1)
+        // `--` ends the options (CMD ARGS follow): no option itself.
+        .filter(|w| w.starts_with('-') && w.len() > 1 && *w != "--")
         .map(str::to_string)
         .collect()
 }

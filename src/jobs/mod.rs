@@ -6,6 +6,7 @@
 //! `output` writes a run's files, `pinned` and `serve` are the jobs on
 //! pinned instances; `common` holds what several of them share.
 
+mod command;
 mod common;
 mod list;
 mod output;

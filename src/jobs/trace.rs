@@ -3,6 +3,7 @@
 
 use std::io;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use crate::bpf::abi::SLOT_NONE;
 use crate::bpf::attach::Storage;
@@ -18,6 +19,7 @@ use crate::report::{self, RunInfo};
 use crate::session::{self, Context, Trigger};
 use crate::symbolize::Symbols;
 
+use super::command::Command;
 use super::common::{knobs_of, mode_line, stop_on_signals, system_state, warn_baseline, Status};
 use super::output::finish;
 use super::pinned::pinned_mapper;
@@ -25,7 +27,7 @@ use super::start::{self, Extra};
 
 /// Counts calls of the target by reason, captures stacks, reports. A
 /// pinned function is read from its pins instead of being traced again.
-pub fn trace(t: Trace) -> Result<Status> {
+pub fn trace(mut t: Trace) -> Result<Status> {
     host::check_privileges()?;
     if t.target.user.is_some() {
         return trace_user(t);
@@ -34,6 +36,7 @@ pub fn trace(t: Trace) -> Result<Status> {
         return trace_pinned(t);
     }
     let stop = stop_on_signals()?;
+    let mut command = start_command(&mut t)?;
     let info = run_info(&t);
     warn_baseline(t.session.baseline.as_ref(), &info);
     let mut storage = Storage::default();
@@ -63,6 +66,7 @@ pub fn trace(t: Trace) -> Result<Status> {
             }
         },
     )?;
+    release(command.as_mut(), &stop)?;
     let mut k = started.kernel;
     let ctx = Context {
         ksyms: &k.ksyms,
@@ -74,7 +78,40 @@ pub fn trace(t: Trace) -> Result<Status> {
         filter: t.filter.clone(),
         background: t.background(),
     };
-    run(started.probe, ctx, &t, &stop)
+    let status = run(started.probe, ctx, &t, &stop);
+    report_command(command.as_ref());
+    status
+}
+
+/// -c: the command started, held before its first instruction, and the
+/// filter made its (its cgroup, or its process).
+fn start_command(t: &mut Trace) -> Result<Option<Command>> {
+    let Some(argv) = &t.command else {
+        return Ok(None);
+    };
+    let (command, filter) = Command::start(argv, &t.filter)?;
+    t.filter = filter;
+    Ok(Some(command))
+}
+
+/// -c: the command let run, now that the program counts; the run ends
+/// when it exits.
+fn release(command: Option<&mut Command>, stop: &Arc<AtomicBool>) -> Result<()> {
+    if let Some(c) = command {
+        c.release(Arc::clone(stop))?;
+        eprintln!(
+            "topdown: running the command (pid {}); the run ends when it exits",
+            c.pid()
+        );
+    }
+    Ok(())
+}
+
+/// -c: how the command ended, after the summary.
+fn report_command(command: Option<&Command>) {
+    if let Some((c, how)) = command.and_then(|c| Some((c, c.ended()?))) {
+        eprintln!("topdown: the command (pid {}) {how}", c.pid());
+    }
 }
 
 /// The session run on the counting program, then the run's files written.
@@ -108,6 +145,8 @@ fn trace_user(t: Trace) -> Result<Status> {
         return Err(Error::msg("no user-space target"));
     };
     let stop = stop_on_signals()?;
+    let mut t = t;
+    let mut command = start_command(&mut t)?;
     let info = run_info(&t);
     warn_baseline(t.session.baseline.as_ref(), &info);
     let mut storage = std::mem::MaybeUninit::uninit();
@@ -122,6 +161,7 @@ fn trace_user(t: Trace) -> Result<Status> {
     if let Some(f) = t.filter.describe() {
         eprintln!("topdown: counting only calls {f}");
     }
+    release(command.as_mut(), &stop)?;
     let ksyms = Kallsyms::default();
     // Its frames are named by build ID after a process has gone.
     let mut symbols = Symbols::new(None, t.session.verbose);
@@ -136,7 +176,9 @@ fn trace_user(t: Trace) -> Result<Status> {
         filter: t.filter.clone(),
         background: t.background(),
     };
-    run(probe, ctx, &t, &stop)
+    let status = run(probe, ctx, &t, &stop);
+    report_command(command.as_ref());
+    status
 }
 
 /// `topdown FUNC` on a pinned function: its counters, read from now on,

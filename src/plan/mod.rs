@@ -139,6 +139,8 @@ pub struct Trace {
     pub(crate) files: Files,
     /// --fix: what the fix was, kept in the result and the comparison.
     pub(crate) fix: Option<String>,
+    /// -c CMD (as `/bin/sh -c CMD`) or `-- CMD ARGS`: run, and counted.
+    pub(crate) command: Option<Vec<String>>,
 }
 
 impl Trace {
@@ -584,6 +586,7 @@ fn load_options(t: &TraceArgs) -> Vec<&'static str> {
         (t.companion.is_some(), "--companion"),
         (!t.filter.pids.is_empty(), "--pid"),
         (t.filter.cgroup.is_some(), "--cgroup"),
+        (t.command.is_some() || !t.argv.is_empty(), "-c"),
         (t.filter.cpus.is_some(), "--cpu"),
     ]
     .into_iter()
@@ -684,6 +687,11 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             save: t.save.clone(),
         },
         fix: t.fix.clone(),
+        command: match (&t.command, t.argv.is_empty()) {
+            (Some(c), _) => Some(vec!["/bin/sh".into(), "-c".into(), c.clone()]),
+            (None, false) => Some(t.argv.clone()),
+            (None, true) => None,
+        },
     })
 }
 

@@ -263,3 +263,25 @@ fn options_that_do_nothing_are_warned_about() {
     );
     assert!(warnings(&["topdown", "serve", "--capture", "--threshold", "50"]).is_empty());
 }
+
+#[test]
+fn a_command_runs_through_the_shell_with_c_and_as_given_after_dashes() {
+    let t = trace_of(&["topdown", "vfs_read", "-c", "make -j2 | tail"]);
+    let sh = ["/bin/sh", "-c", "make -j2 | tail"].map(String::from);
+    assert_eq!(t.command.as_deref(), Some(&sh[..]));
+    // A pinned instance's filters were fixed when it was pinned.
+    assert_eq!(t.load_options, ["-c"]);
+    let t = trace_of(&["topdown", "vfs_read", "-d", "5", "--", "ls", "-l", "/"]);
+    let argv = ["ls", "-l", "/"].map(String::from);
+    assert_eq!(t.command.as_deref(), Some(&argv[..]));
+    assert_eq!(trace_of(&["topdown", "vfs_read"]).command, None);
+    // Its own process and children are the filter: no other.
+    for args in [
+        &["topdown", "vfs_read", "-c", "true", "-p", "1"][..],
+        &["topdown", "vfs_read", "-c", "true", "--cgroup", "/x"],
+        &["topdown", "vfs_read", "-p", "1", "--", "true"],
+        &["topdown", "vfs_read", "-c", "true", "--", "true"],
+    ] {
+        assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+    }
+}
