@@ -144,6 +144,19 @@ impl BuildIds {
         }
     }
 
+    /// A file topdown has met named `name` (its last component) whose
+    /// inode is `ino`: a gone process's program, as the uprobe saw it.
+    /// The device is not compared: a btrfs subvolume's files show another
+    /// than their superblock's, which the kernel side reads.
+    pub(crate) fn find(&self, name: &str, ino: u64) -> Option<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
+        self.known
+            .iter()
+            .filter(|p| p.file_name().is_some_and(|n| n == name))
+            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.ino() == ino))
+            .cloned()
+    }
+
     /// The file of build ID `id`, if topdown has met it.
     pub(crate) fn path(&mut self, id: &BuildId) -> Option<&Path> {
         if !self.by_id.contains_key(id) {

@@ -13,7 +13,8 @@ use blazesym::{MaybeDefault, Pid};
 use crate::bpf::sample::UserFrame;
 use crate::build_ids::{self, BuildId, BuildIds};
 use crate::kallsyms::{base_name, Kallsyms};
-use crate::reasons::{SourceLoc, SourceLookup};
+use crate::reasons::{ProcessCode, SourceLoc, SourceLookup};
+use crate::user;
 
 pub(crate) struct Symbols {
     /// The kernel's and files' symbols.
@@ -37,6 +38,10 @@ pub(crate) struct Symbols {
     /// A uprobe's file, and FUNC's virtual address in it: names the call
     /// sites in that file of a process already gone (see user_caller).
     target: Option<(PathBuf, u64)>,
+    /// Programs of processes already gone, by the device and inode the
+    /// uprobe found: the file, and its lowest executable address (see
+    /// caller_in_program); None if not found.
+    programs: HashMap<(u32, u64), Option<(u64, PathBuf)>>,
     /// Say why symbolization failed (--verbose).
     verbose: bool,
 }
@@ -122,6 +127,7 @@ impl Symbols {
             files: BuildIds::default(),
             known_comms: HashSet::new(),
             target: None,
+            programs: HashMap::new(),
             cached_pids: HashSet::new(),
             verbose,
         }
@@ -220,8 +226,39 @@ impl Symbols {
     /// one lookup at `ret` - 1, in the call, as a live process's return
     /// addresses are named (see user_addrs).
     fn caller_in_target(&mut self, ret: u64, func_at: u64) -> Option<(String, Vec<String>)> {
-        let (path, func) = self.target.as_ref()?;
-        let vaddr = ret.checked_sub(func_at.checked_sub(*func)?)?;
+        let (path, func) = self.target.clone()?;
+        let vaddr = ret.checked_sub(func_at.checked_sub(func)?)?;
+        self.elf_caller(&path, vaddr)
+    }
+
+    /// The function a return address `ret` lies in, and its frame, for a
+    /// process gone before its maps were read, where `ret` is in its
+    /// program's own text (a program calling a library's FUNC): the
+    /// program's file is found by name (among the files topdown has met,
+    /// then along PATH) and inode, and `ret` is as far from its lowest
+    /// executable segment as from the process's start_code.
+    fn caller_in_program(&mut self, ret: u64, code: &ProcessCode) -> Option<(String, Vec<String>)> {
+        if !(code.start_code..code.end_code).contains(&ret) || code.exe_name.is_empty() {
+            return None;
+        }
+        let key = (code.exe_dev, code.exe_ino);
+        if !self.programs.contains_key(&key) {
+            let found = self.files.find(&code.exe_name, code.exe_ino).or_else(|| {
+                let path = std::env::var("PATH").unwrap_or_default();
+                self.files.note_command(&code.exe_name, &path);
+                self.files.find(&code.exe_name, code.exe_ino)
+            });
+            let found = found.and_then(|p| Some((user::lowest_exec_vaddr(&p)?, p)));
+            self.programs.insert(key, found);
+        }
+        let (lowest, path) = self.programs.get(&key)?.clone()?;
+        self.elf_caller(&path, ret.checked_sub(code.start_code)? + lowest)
+    }
+
+    /// The function a return address lies in, at virtual address `vaddr`
+    /// of the ELF file `path`, and its frame: looked up at `vaddr` - 1, in
+    /// the call, as a live process's return addresses are (see user_addrs).
+    fn elf_caller(&mut self, path: &Path, vaddr: u64) -> Option<(String, Vec<String>)> {
         let src = Source::Elf(Elf::new(path));
         let res = self
             .sym
@@ -451,7 +488,7 @@ impl SourceLookup for Symbols {
         &mut self,
         pid: u32,
         ret: u64,
-        func_at: &dyn Fn() -> Option<u64>,
+        code: &dyn Fn() -> Option<ProcessCode>,
     ) -> Option<String> {
         let name = self.user_function(pid, ret.checked_sub(1)?);
         // Its frame too, while the process may still be there: a stack
@@ -460,7 +497,10 @@ impl SourceLookup for Symbols {
         if name.is_some() {
             return name;
         }
-        let (name, frame) = self.caller_in_target(ret, func_at()?)?;
+        let code = code()?;
+        let (name, frame) = self
+            .caller_in_target(ret, code.func_at)
+            .or_else(|| self.caller_in_program(ret, &code))?;
         self.ucache.insert((pid, ret, false), frame);
         Some(name)
     }
@@ -532,8 +572,12 @@ mod tests {
         let gone = u32::MAX - 1;
         let mut s = Symbols::new(None, false);
         s.know_target(&exe, func);
+        let at = |func_at| ProcessCode {
+            func_at,
+            ..ProcessCode::default()
+        };
         assert_eq!(
-            s.user_caller(gone, ret, &|| Some(func_at)).as_deref(),
+            s.user_caller(gone, ret, &|| Some(at(func_at))).as_deref(),
             Some("td_site_caller")
         );
         // Its frame in the stacks too.
@@ -546,7 +590,52 @@ mod tests {
         assert_eq!(s.user_caller(gone, ret, &|| None), None);
         let heap = Box::new(0u64);
         let outside = &*heap as *const u64 as u64;
-        assert_eq!(s.user_caller(gone, outside, &|| Some(func_at)), None);
+        assert_eq!(s.user_caller(gone, outside, &|| Some(at(func_at))), None);
+    }
+
+    #[test]
+    fn a_gone_process_site_in_its_program_is_named_from_its_code_s_place() {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(td_site_caller(), 8);
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let inspector = blazesym::inspect::Inspector::new();
+        let src = blazesym::inspect::source::Source::Elf(blazesym::inspect::source::Elf::new(&exe));
+        let func = inspector.lookup(&src, &["td_build_id_probe"]).unwrap()[0][0].addr;
+        // This process's load bias, and where the kernel's start_code is.
+        let bias = td_build_id_probe as *const () as usize as u64 - func;
+        let start_code = bias + user::lowest_exec_vaddr(&exe).unwrap();
+        let ret = td_site_caller as *const () as usize as u64 + 4;
+        let code = ProcessCode {
+            // FUNC's file is another (a library): not this one.
+            func_at: 0,
+            start_code,
+            end_code: start_code + (64 << 20),
+            exe_dev: 0,
+            exe_ino: std::fs::metadata(&exe).unwrap().ino(),
+            exe_name: exe.file_name().unwrap().to_string_lossy().into_owned(),
+        };
+        let gone = u32::MAX - 1;
+        let mut s = Symbols::new(None, false);
+        // Met as a file a live process mapped.
+        s.files.note(&exe);
+        assert_eq!(
+            s.user_caller(gone, ret, &|| Some(code.clone())).as_deref(),
+            Some("td_site_caller")
+        );
+        // Another file of that name (another inode), or outside the text:
+        // not named.
+        let mut s = Symbols::new(None, false);
+        s.files.note(&exe);
+        let other = ProcessCode {
+            exe_ino: code.exe_ino + 1,
+            ..code.clone()
+        };
+        assert_eq!(s.user_caller(gone, ret, &|| Some(other.clone())), None);
+        let below = ProcessCode {
+            start_code: ret + 1,
+            ..code.clone()
+        };
+        assert_eq!(s.user_caller(gone, ret, &|| Some(below.clone())), None);
     }
 
     #[test]

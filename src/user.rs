@@ -197,15 +197,56 @@ fn is_elf(path: &Path) -> bool {
         .is_ok_and(|()| &magic == b"\x7fELF")
 }
 
-/// The section names of a 64-bit little-endian ELF file (x86-64 and arm64,
-/// what topdown runs on); None if it is no such file.
-fn section_names(b: &[u8]) -> Option<Vec<String>> {
-    if b.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
+/// A 64-bit little-endian ELF file's bytes (x86-64 and arm64, what
+/// topdown runs on), read by offset.
+struct Elf64<'a>(&'a [u8]);
+
+impl<'a> Elf64<'a> {
+    fn new(b: &'a [u8]) -> Option<Self> {
+        (b.get(..6)? == b"\x7fELF\x02\x01").then_some(Elf64(b))
     }
-    let u16_at = |o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
-    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    fn u16_at(&self, o: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(
+            self.0.get(o..o.checked_add(2)?)?.try_into().ok()?,
+        ))
+    }
+    fn u32_at(&self, o: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            self.0.get(o..o.checked_add(4)?)?.try_into().ok()?,
+        ))
+    }
+    fn u64_at(&self, o: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(
+            self.0.get(o..o.checked_add(8)?)?.try_into().ok()?,
+        ))
+    }
+}
+
+/// The lowest virtual address of an executable segment (PT_LOAD with
+/// PF_X) of the ELF file `path`: where the kernel's mm->start_code puts
+/// it, moved by the load bias (load_elf_binary).
+pub(crate) fn lowest_exec_vaddr(path: &Path) -> Option<u64> {
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    let mut head = vec![0u8; 64 * 1024];
+    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let e = Elf64::new(&head[..n])?;
+    let phoff = usize::try_from(e.u64_at(0x20)?).ok()?;
+    let (phentsize, phnum) = (usize::from(e.u16_at(0x36)?), usize::from(e.u16_at(0x38)?));
+    (0..phnum)
+        .filter_map(|i| {
+            let h = phoff.checked_add(i.checked_mul(phentsize)?)?;
+            let exec = e.u32_at(h)? == PT_LOAD && e.u32_at(h + 4)? & PF_X != 0;
+            exec.then(|| e.u64_at(h + 0x10)).flatten()
+        })
+        .min()
+}
+
+/// The section names of a 64-bit little-endian ELF file; None if it is no
+/// such file.
+fn section_names(b: &[u8]) -> Option<Vec<String>> {
+    let e = Elf64::new(b)?;
+    let (u16_at, u32_at, u64_at) = (|o| e.u16_at(o), |o| e.u32_at(o), |o| e.u64_at(o));
     let shoff = usize::try_from(u64_at(0x28)?).ok()?;
     let (shentsize, shnum, shstrndx) = (
         usize::from(u16_at(0x3a)?),

@@ -115,7 +115,22 @@ impl Drop for Built {
 /// Runs topdown ARGS --json -q; once it counts, lets the workloads run and
 /// waits for them; returns the JSON summary.
 fn run(args: &[&str], workloads: Vec<Child>) -> serde_json::Value {
-    let mut td = Command::new(TOPDOWN)
+    run_then(args, None, || {
+        for mut w in workloads {
+            w.stdin.take().unwrap().write_all(b"go\n").unwrap();
+            assert!(w.wait().unwrap().success());
+        }
+    })
+}
+
+/// Runs topdown ARGS --json -q (with PATH `path` if given); once it
+/// counts, runs `work`; returns the JSON summary.
+fn run_then(args: &[&str], path: Option<&str>, work: impl FnOnce()) -> serde_json::Value {
+    let mut td = Command::new(TOPDOWN);
+    if let Some(p) = path {
+        td.env("PATH", p);
+    }
+    let mut td = td
         .args(args)
         .args(["-d", "3", "--json", "-q"])
         .stdout(Stdio::piped())
@@ -134,10 +149,7 @@ fn run(args: &[&str], workloads: Vec<Child>) -> serde_json::Value {
     });
     rx.recv_timeout(Duration::from_secs(20))
         .expect("topdown attached");
-    for mut w in workloads {
-        w.stdin.take().unwrap().write_all(b"go\n").unwrap();
-        assert!(w.wait().unwrap().success());
-    }
+    work();
     let out = td.wait_with_output().unwrap();
     assert!(out.status.success(), "topdown {args:?}: {:?}", out.status);
     let text = String::from_utf8(out.stdout).unwrap();
@@ -316,6 +328,28 @@ fn a_process_that_exits_at_once_has_its_calls_named_and_its_stacks_shown() {
             .all(|l| l.contains("main+") && l.contains(";caller_three+")),
         "{text}"
     );
+}
+
+/// Twenty processes in a row, each started once the last has exited,
+/// making its calls of a library's FUNC from its program's functions and
+/// exiting at once: topdown reads few of their maps in time (it named 15%
+/// of such calls before), so the program records where each process had
+/// its code, and the program's file is found by name (along PATH here)
+/// and inode: every call named, none [unknown].
+#[test]
+fn short_lived_processes_calling_a_library_function_keep_their_callers() {
+    need_uprobes!();
+    let b = Built::new("back2back");
+    let lib = b.path("libucallers.so");
+    let path = format!("{}:/usr/bin:/bin", b.dir.display());
+    let sum = run_then(&["-x", &lib, "td_lib_work"], Some(&path), || {
+        for _ in 0..20 {
+            let (mut w, _) = b.start_holding([5, 10, 15], 0);
+            w.stdin.take().unwrap().write_all(b"go\n").unwrap();
+            assert!(w.wait().unwrap().success());
+        }
+    });
+    assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::bpf::deep::Deep;
 use crate::bpf::percpu::{self, Pending, PerCpu};
 use crate::bpf::skel::{types, TopdownSkel};
 use crate::error::{Error, Result};
-use crate::reasons::{Claim, NameTable};
+use crate::reasons::{Claim, NameTable, ProcessCode};
 
 const ZERO_KEY: [u8; 4] = 0u32.to_ne_bytes();
 const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
@@ -585,12 +585,26 @@ impl Maps {
         }
     }
 
-    /// FUNC's address in process `tgid`, as the uprobe found it at a call
-    /// from a site not resolved yet (see ufuncs in uprobe.bpf.h).
-    pub(crate) fn user_func_at(&self, tgid: u32) -> Option<u64> {
+    /// Where process `tgid` had its code, as the uprobe found it at a
+    /// call from a site not resolved yet (see ufuncs in uprobe.bpf.h).
+    pub(crate) fn user_process(&self, tgid: u32) -> Option<ProcessCode> {
         let (_, _, ufuncs) = self.user.as_ref()?;
         let v = ufuncs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY).ok()??;
-        Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?))
+        let p = plain::from_bytes::<types::td_uproc>(&v).ok()?;
+        let name: Vec<u8> = p
+            .exe_name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        Some(ProcessCode {
+            func_at: p.func_ip,
+            start_code: p.start_code,
+            end_code: p.end_code,
+            exe_dev: p.exe_dev,
+            exe_ino: p.exe_ino,
+            exe_name: String::from_utf8_lossy(&name).into_owned(),
+        })
     }
 
     /// The meta map's text (empty if never written).

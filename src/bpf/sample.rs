@@ -5,6 +5,8 @@ use crate::bpf::skel::types;
 // SAFETY: td_sample is a repr(C) struct of integers and arrays: any bytes
 // of its size are a valid value.
 unsafe impl plain::Plain for types::td_sample {}
+// SAFETY: integers and a byte array, as the BPF side writes them.
+unsafe impl plain::Plain for types::td_uproc {}
 
 /// One captured sample, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -81,6 +81,7 @@ enum td_abi {
 	/* CPUs a --cpu filter can name: the bits of td_config.cpus */
 	TD_MAX_CPUS = 8192,
 	TD_MAX_PIDS = 64,		/* processes a --pid filter can name */
+	TD_EXE_NAME = 64,		/* bytes of a program's file name kept (td_uproc) */
 	/*
 	 * Not a kernel address. As an early key's first frame: the unwind
 	 * found no caller, so no frames were kept. As the self-test's first

@@ -34,19 +34,53 @@ struct {
 } upending SEC(".maps");
 
 /*
- * FUNC's address in each process that called it from a site not resolved
- * yet: after the process has gone (its maps with it), a site's place in
- * FUNC's file follows from it (return address - this + FUNC's address in
- * the file). Least recently used out: a fork storm forgets the oldest.
+ * Where a process that called FUNC from a site not resolved yet had its
+ * code, for naming the site after the process has gone (its maps with
+ * it): a caller in FUNC's file is at return address - func_ip + FUNC's
+ * address in the file; one in the program's own text (start_code to
+ * end_code: the lowest executable segment's address in the file, moved
+ * by the load bias) is found by the program's file, known by its device,
+ * inode and name. Least recently used out: a fork storm forgets the
+ * oldest.
  */
+struct td_uproc {
+	__u64 func_ip;
+	__u64 start_code;
+	__u64 end_code;
+	__u64 exe_ino;
+	__u32 exe_dev;		/* the kernel's dev_t: major << 20 | minor */
+	__u32 pad;
+	char exe_name[TD_EXE_NAME];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, TD_MAX_SITES);
 	__type(key, __u32);	/* tgid */
-	__type(value, __u64);
+	__type(value, struct td_uproc);
 } ufuncs SEC(".maps");
 
 struct td_ukey _td_ukey = {};
+struct td_uproc _td_uproc = {};
+
+/* The calling process's code, as td_uproc has it, and FUNC at `ip`. */
+static __always_inline void note_process(__u32 tgid, __u64 ip)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct td_uproc p = { .func_ip = ip };
+	struct file *exe = BPF_CORE_READ(t, mm, exe_file);
+	const unsigned char *name;
+
+	p.start_code = BPF_CORE_READ(t, mm, start_code);
+	p.end_code = BPF_CORE_READ(t, mm, end_code);
+	if (exe) {
+		p.exe_ino = BPF_CORE_READ(exe, f_inode, i_ino);
+		p.exe_dev = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
+		name = BPF_CORE_READ(exe, f_path.dentry, d_name.name);
+		bpf_probe_read_kernel_str(p.exe_name, sizeof(p.exe_name), name);
+	}
+	bpf_map_update_elem(&ufuncs, &tgid, &p, BPF_ANY);
+}
 
 /*
  * At FUNC's first instruction the caller's return address is the word at
@@ -115,12 +149,9 @@ int BPF_KPROBE(td_uprobe)
 		r = count_pending(&upending, &k, &n);
 	if (r != TD_SLOT_NONE)
 		c->n[r & (TD_NR_SLOTS - 1)]++;
-	if (n == 1) {
-		/* A new site's first call on this CPU: where FUNC is. */
-		__u64 ip = PT_REGS_IP(ctx);
-
-		bpf_map_update_elem(&ufuncs, &k.tgid, &ip, BPF_ANY);
-	}
+	if (n == 1)
+		/* A new site's first call on this CPU: where the code is. */
+		note_process(k.tgid, PT_REGS_IP(ctx));
 	if (!cfg.stacks)
 		return 0;
 	if (n == 1)

@@ -180,17 +180,35 @@ pub(crate) trait SourceLookup {
     fn source(&mut self, addr: u64) -> Option<SourceLoc>;
 
     /// The function that user return address `ret` of process `pid` lies
-    /// in (a uprobe's caller); `func_at`: the traced function's address
-    /// in that process, if the uprobe recorded it (a map lookup, made
-    /// only where the process's maps cannot name the caller).
+    /// in (a uprobe's caller); `code`: where that process had its code,
+    /// if the uprobe recorded it (a map lookup, made only where the
+    /// process's maps cannot name the caller).
     fn user_caller(
         &mut self,
         _pid: u32,
         _ret: u64,
-        _func_at: &dyn Fn() -> Option<u64>,
+        _code: &dyn Fn() -> Option<ProcessCode>,
     ) -> Option<String> {
         None
     }
+}
+
+/// Where a process that called a uprobe's function had its code, as the
+/// program found it at the call: enough to name a call site once the
+/// process, and its maps, are gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ProcessCode {
+    /// The traced function's address in the process.
+    pub(crate) func_at: u64,
+    /// The program's executable text: from its lowest executable
+    /// segment's address (moved by the load bias) to its end.
+    pub(crate) start_code: u64,
+    pub(crate) end_code: u64,
+    /// The program's file: its device (the kernel's dev_t, major << 20 |
+    /// minor), inode and name (without its directory).
+    pub(crate) exe_dev: u32,
+    pub(crate) exe_ino: u64,
+    pub(crate) exe_name: String,
 }
 
 /// A call site pattern that only debug info can match.

@@ -431,7 +431,7 @@ fn resolve_user(
     tgid: u32,
     ret: u64,
 ) -> Result<u32> {
-    let caller = src.and_then(|s| s.user_caller(tgid, ret, &|| maps.user_func_at(tgid)));
+    let caller = src.and_then(|s| s.user_caller(tgid, ret, &|| maps.user_process(tgid)));
     let s = mapper.classify_name(caller.as_deref().unwrap_or(UNKNOWN_NAME));
     let s = mapper.claim(maps, s)?;
     maps.add_user_site(tgid, ret, s)

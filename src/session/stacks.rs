@@ -151,7 +151,7 @@ impl Stacks {
             for s in samples.iter_mut().filter(|s| s.reason == SLOT_NONE) {
                 let name = self
                     .symbols
-                    .user_caller(s.pid, s.caller, &|| maps.user_func_at(s.pid));
+                    .user_caller(s.pid, s.caller, &|| maps.user_process(s.pid));
                 s.reason = mapper.classify_name(name.as_deref().unwrap_or(UNKNOWN_NAME));
                 // Shown below, and counted apart from the reason's own.
                 if !s.background && targets.contains(&s.reason) {
