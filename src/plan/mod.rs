@@ -400,13 +400,12 @@ fn trace_job(t: &TraceArgs) -> Result<(Job, bool)> {
             json: t.json,
         }
     } else {
-        let mut trace = trace(&func, t)?;
+        let mut trace = trace(&func, tracepoint.as_deref(), t)?;
         if tracepoint.is_some() {
             trace.load.request = match raw {
                 true => Request::RawTracepoint,
                 false => Request::Tracepoint,
             };
-            trace.target.tracepoint = tracepoint;
         }
         Job::Trace(Box::new(trace))
     };
@@ -611,7 +610,9 @@ fn trigger_config(t: &TriggerArgs) -> TriggerConfig {
     }
 }
 
-fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
+/// A run on `func`: a tracepoint's event if `tracepoint` (its category)
+/// is given, a function otherwise.
+fn trace(func: &FuncName, tracepoint: Option<&str>, t: &TraceArgs) -> Result<Trace> {
     let companion = t.companion.map(|k| match k {
         CompanionKind::Fentry => Companion::Fentry,
         CompanionKind::Fexit => Companion::Fexit,
@@ -624,6 +625,11 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
     };
     // Files first: a bad one is refused before anything is loaded.
     let baseline = baseline(t.baseline.as_ref(), Some(func), verify)?;
+    if let Some(b) = &baseline {
+        b.saved
+            .check_tracepoint(tracepoint)
+            .map_err(|why| Error::msg(format!("baseline {}: {why}", b.file)))?;
+    }
     for (path, option) in [
         (&t.save, "--save"),
         (&t.folded, "--folded"),
@@ -652,7 +658,10 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             (target, load)
         }
         None => (
-            target(func, &t.profile)?,
+            Target {
+                tracepoint: tracepoint.map(String::from),
+                ..target(func, &t.profile)?
+            },
             load(&t.mode, &t.capture, companion)?,
         ),
     };
@@ -670,6 +679,7 @@ fn trace(func: &FuncName, t: &TraceArgs) -> Result<Trace> {
             ..trigger_config(&t.trigger)
         },
         session: session::Options {
+            tracepoint: tracepoint.map(String::from),
             interval: Duration::from_secs_f64(t.interval),
             duration: t.duration.map(Duration::from_secs_f64),
             printer: Printer::of(t.json),

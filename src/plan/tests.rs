@@ -120,6 +120,36 @@ fn result_files_are_checked_before_anything_is_loaded() {
     let exe = std::env::current_exe().unwrap();
     let t = trace_of(&["topdown", "vfs_read", "--vmlinux", exe.to_str().unwrap()]);
     assert_eq!(t.target.vmlinux.as_deref(), Some(exe.as_path()));
+    // A tracepoint's result: refused for another category, or a function.
+    let sched = crate::report::Saved {
+        func: "sched_switch".into(),
+        tracepoint: Some("sched".into()),
+        mode: Mode::TpBtf,
+        ..saved.clone()
+    };
+    std::fs::write(file("sched.json"), sched.to_json()).unwrap();
+    let t = trace_of(&[
+        "topdown",
+        "t:sched:sched_switch",
+        "--baseline",
+        &file("sched.json"),
+    ]);
+    assert_eq!(t.session.tracepoint.as_deref(), Some("sched"));
+    assert_eq!(t.session.baseline.unwrap().saved, sched);
+    assert_eq!(
+        err(&["topdown", "t:other:sched_switch", "--baseline", &file("sched.json")]),
+        format!(
+            "baseline {}: it is a result for tracepoint t:sched:sched_switch, not tracepoint t:other:sched_switch",
+            file("sched.json")
+        )
+    );
+    assert_eq!(
+        err(&["topdown", "sched_switch", "--baseline", &file("sched.json")]),
+        format!(
+            "baseline {}: it is a result for tracepoint t:sched:sched_switch, not function sched_switch",
+            file("sched.json")
+        )
+    );
     // show: the baseline names the function; one function only.
     let Job::Show(s) = plan(&["topdown", "show", "--baseline", &file("dsf.json")])
         .unwrap()

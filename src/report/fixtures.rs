@@ -64,6 +64,7 @@ pub(crate) fn stacks_of(reason: &str, stacks: &[(&[&str], u64)]) -> ReasonStacks
 pub(crate) fn sample_summary() -> Summary {
     Summary {
         func: "f".into(),
+        tracepoint: None,
         mode: crate::bpf::probe::Mode::Fentry,
         phase: Phase::StackCapture,
         kernel: "6.12.0".into(),

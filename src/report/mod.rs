@@ -332,6 +332,9 @@ pub(crate) struct CaptureSpan {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Summary {
     pub(crate) func: String,
+    /// A tracepoint's category (`t:CATEGORY:EVENT`): `func` is the event.
+    /// None: a function.
+    pub(crate) tracepoint: Option<String>,
     pub(crate) mode: Mode,
     pub(crate) phase: Phase,
     /// The kernel release, and where the profile came from (None: one
@@ -627,6 +630,11 @@ pub(crate) struct Saved {
     /// since it was pinned (`topdown show`).
     pub(crate) source: String,
     pub(crate) func: String,
+    /// A tracepoint's category: `func` is the event. None: a function, or
+    /// not recorded (files written before it was, and a pinned instance's:
+    /// `mode` says whether it is a tracepoint).
+    #[serde(default)]
+    pub(crate) tracepoint: Option<String>,
     /// The kernel release it ran on.
     pub(crate) kernel: String,
     /// Where the profile came from; None: one reason per caller.

@@ -7,7 +7,8 @@
 //! Version 2 added the system's settings (`system`), `fix`, `threshold`
 //! and `top_reason`, and gave `hot_reason` the threshold's meaning (in
 //! version 1 it was the top reason, hot or not). A version 1 file reads
-//! with those unknown.
+//! with those unknown. A tracepoint's category (`tracepoint`) was added
+//! within version 2: a file without it reads with the category unknown.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -61,6 +62,7 @@ impl Saved {
             topdown: env!("CARGO_PKG_VERSION").into(),
             source: "run".into(),
             func: sum.func.clone(),
+            tracepoint: sum.tracepoint.clone(),
             kernel: sum.kernel.clone(),
             profile: sum.profile.clone(),
             reason_names: sum.named.clone(),
@@ -105,6 +107,8 @@ impl Saved {
             topdown: env!("CARGO_PKG_VERSION").into(),
             source: "pinned".into(),
             func: p.func.clone(),
+            // Not recorded at pin time.
+            tracepoint: None,
             kernel: p.kernel.clone(),
             profile: p.profile.clone(),
             reason_names: p
@@ -188,6 +192,33 @@ impl Saved {
                 saved.func
             )),
             _ => Ok(saved),
+        }
+    }
+
+    /// Whether the result is of the same kind of target as a run on a
+    /// tracepoint of category `tracepoint` (None: a function) of the same
+    /// name. A tracepoint whose category the file does not record (an
+    /// older file, a pinned instance's) passes.
+    pub(crate) fn check_tracepoint(
+        &self,
+        tracepoint: Option<&str>,
+    ) -> std::result::Result<(), String> {
+        let what = |category: Option<&str>| match category {
+            Some(c) => format!("tracepoint t:{c}:{}", self.func),
+            None => format!("function {}", self.func),
+        };
+        let recorded = match self.tracepoint.as_deref() {
+            None if self.mode.is_tracepoint() => return Ok(()),
+            recorded => recorded,
+        };
+        if recorded == tracepoint {
+            Ok(())
+        } else {
+            Err(format!(
+                "it is a result for {}, not {}",
+                what(recorded),
+                what(tracepoint)
+            ))
         }
     }
 
@@ -406,6 +437,7 @@ pub(crate) mod tests {
             topdown: "0.1.0".into(),
             source: "run".into(),
             func: "deferred_split_folio".into(),
+            tracepoint: None,
             kernel: "6.12.0".into(),
             profile: Some("built-in profile deferred_split_folio".into()),
             reason_names: vec!["FAULT_ALLOC".into(), "ZAP".into(), "KHUGEPAGED".into()],
@@ -483,6 +515,70 @@ pub(crate) mod tests {
             "{text}"
         );
         assert_eq!(Saved::parse(&text, Some("deferred_split_folio")), Ok(s));
+    }
+
+    #[test]
+    fn a_tracepoints_category_is_saved_and_a_file_without_it_reads() {
+        let mut sum = crate::report::fixtures::sample_summary();
+        sum.func = "sched_switch".into();
+        sum.tracepoint = Some("sched".into());
+        sum.mode = Mode::TpBtf;
+        let s = Saved::of_summary(&sum, 5);
+        let text = s.to_json();
+        assert!(
+            text.contains(",\"func\":\"sched_switch\",\"tracepoint\":\"sched\",\"kernel\":"),
+            "{text}"
+        );
+        let back = Saved::parse(&text, Some("sched_switch")).unwrap();
+        assert_eq!(back.tracepoint.as_deref(), Some("sched"));
+        assert_eq!(back, s);
+        // Written before the field was: read as not recorded.
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v.as_object_mut().unwrap().remove("tracepoint");
+        let old = Saved::parse(&v.to_string(), Some("sched_switch")).unwrap();
+        assert_eq!(old.tracepoint, None);
+        assert_eq!(Saved::parse(V1, None).unwrap().tracepoint, None);
+    }
+
+    #[test]
+    fn a_baseline_of_another_tracepoint_category_or_kind_is_refused() {
+        let tp = |category: Option<&str>, mode: Mode| Saved {
+            func: "sched_switch".into(),
+            tracepoint: category.map(String::from),
+            mode,
+            ..sample()
+        };
+        let sched = tp(Some("sched"), Mode::TpBtf);
+        assert_eq!(sched.check_tracepoint(Some("sched")), Ok(()));
+        assert_eq!(
+            sched.check_tracepoint(Some("other")),
+            Err(
+                "it is a result for tracepoint t:sched:sched_switch, not tracepoint t:other:sched_switch"
+                    .into()
+            )
+        );
+        assert_eq!(
+            sched.check_tracepoint(None),
+            Err(
+                "it is a result for tracepoint t:sched:sched_switch, not function sched_switch"
+                    .into()
+            )
+        );
+        // A function's result, for a run on a tracepoint.
+        let function = tp(None, Mode::Fentry);
+        assert_eq!(function.check_tracepoint(None), Ok(()));
+        assert_eq!(
+            function.check_tracepoint(Some("sched")),
+            Err(
+                "it is a result for function sched_switch, not tracepoint t:sched:sched_switch"
+                    .into()
+            )
+        );
+        // A tracepoint whose category is not recorded (an older file, a
+        // pinned instance's): nothing to tell them apart by.
+        let unknown = tp(None, Mode::RawTp);
+        assert_eq!(unknown.check_tracepoint(Some("sched")), Ok(()));
+        assert_eq!(unknown.check_tracepoint(None), Ok(()));
     }
 
     #[test]

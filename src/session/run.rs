@@ -34,6 +34,9 @@ use super::trigger::{announcements, Trigger};
 /// How the loop reports and when it captures stacks.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
+    /// A tracepoint's category (`t:CATEGORY:EVENT`), for the summary;
+    /// None: a function.
+    pub(crate) tracepoint: Option<String>,
     pub(crate) interval: Duration,
     pub(crate) duration: Option<Duration>,
     /// How stdout shows intervals and the summary.
@@ -554,6 +557,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
         let mut summary = self.state.finish(
             &End {
                 func: self.probe.func(),
+                tracepoint: self.opts.tracepoint.as_deref(),
                 mode: self.probe.mode(),
                 totals: &totals,
                 start: self.start_unix,

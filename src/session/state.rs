@@ -23,6 +23,8 @@ use crate::session::trigger::{Change, Trigger};
 #[derive(Debug, Clone)]
 pub(crate) struct End<'a> {
     pub(crate) func: &'a str,
+    /// A tracepoint's category; None: a function.
+    pub(crate) tracepoint: Option<&'a str>,
     pub(crate) mode: Mode,
     /// Cumulative per-slot totals.
     pub(crate) totals: &'a [u64],
@@ -383,6 +385,7 @@ impl State {
             .collect();
         Summary {
             func: end.func.to_string(),
+            tracepoint: end.tracepoint.map(String::from),
             mode: end.mode,
             phase: if self.capturing() {
                 Phase::StackCapture
@@ -494,6 +497,7 @@ mod tests {
         };
         End {
             func: "deferred_split_folio",
+            tracepoint: None,
             mode: Mode::Fentry,
             totals: t,
             start: 0.0,

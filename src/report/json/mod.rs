@@ -132,6 +132,8 @@ struct BaselineJson<'a> {
     file: &'a str,
     version: u32,
     func: &'a str,
+    /// A tracepoint's category; null: a function, or not recorded.
+    tracepoint: Option<&'a str>,
     kernel: &'a str,
     profile: Option<&'a str>,
     mode: Mode,
@@ -235,6 +237,7 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             file: &c.file,
             version: b.version,
             func: &b.func,
+            tracepoint: b.tracepoint.as_deref(),
             kernel: &b.kernel,
             profile: b.profile.as_deref(),
             mode: b.mode,
@@ -393,6 +396,8 @@ struct SummaryJson<'a> {
     kind: &'static str,
     schema: u32,
     func: &'a str,
+    /// A tracepoint's category (`func` is its event); null: a function.
+    tracepoint: Option<&'a str>,
     mode: Mode,
     phase: &'a str,
     secs: Num,
@@ -441,6 +446,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         kind: "summary",
         schema: SCHEMA,
         func: &sum.func,
+        tracepoint: sum.tracepoint.as_deref(),
         mode: sum.mode,
         phase: sum.phase.name(),
         secs: Num(sum.calls.secs),

@@ -127,10 +127,12 @@ fn summary_shape() {
     assert_eq!(v["verify"], serde_json::Value::Null);
     assert_eq!(v["bpf"]["run_cnt"], 0);
     assert_eq!(v["uncached"], 0);
-    assert!(j.starts_with("{\"type\":\"summary\",\"schema\":2,\"func\":\"f\",\"mode\":\"fentry\""));
+    assert!(j.starts_with(
+        "{\"type\":\"summary\",\"schema\":2,\"func\":\"f\",\"tracepoint\":null,\"mode\":\"fentry\""
+    ));
     // Field order is part of the line format the guest tests grep.
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys.len(), 38, "{keys:?}");
+    assert_eq!(keys.len(), 39, "{keys:?}");
     assert_eq!(v["kernel"], "6.12.0");
     assert_eq!(v["start"], 1_700_000_000);
     // 75% is below the 80% threshold: a top reason, no hot one.
@@ -150,6 +152,31 @@ fn summary_shape() {
     assert_eq!(v["captures"][0]["first_stack_ns"], 4_500_000);
     assert_eq!(v["captures"][1]["first_stack_ns"], serde_json::Value::Null);
     assert_eq!(v["captures"][1]["calls"], 30);
+}
+
+#[test]
+fn a_tracepoints_category_is_in_the_summary_and_its_baseline() {
+    let mut sum = sample_summary();
+    sum.func = "sched_switch".into();
+    sum.tracepoint = Some("sched".into());
+    sum.mode = crate::bpf::probe::Mode::TpBtf;
+    let j = summary(&sum, 5);
+    assert!(
+        j.starts_with("{\"type\":\"summary\",\"schema\":2,\"func\":\"sched_switch\",\"tracepoint\":\"sched\",\"mode\":\"tp_btf\""),
+        "{j}"
+    );
+    // The baseline's, as its file records it (null: a function).
+    let mut sum = crate::report::fixtures::compared_summary();
+    let v: serde_json::Value = serde_json::from_str(&summary(&sum, 5)).unwrap();
+    assert_eq!(v["baseline"]["tracepoint"], serde_json::Value::Null);
+    if let Some(c) = sum.compare.as_mut() {
+        c.baseline.tracepoint = Some("sched".into());
+    }
+    let j = summary(&sum, 5);
+    assert!(
+        j.contains(",\"func\":\"deferred_split_folio\",\"tracepoint\":\"sched\",\"kernel\":"),
+        "{j}"
+    );
 }
 
 #[test]
