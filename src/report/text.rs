@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use crate::bpf::abi::MAX_SITES;
 use crate::bpf::probe::Mode;
 use crate::reasons::SITES_FULL_NAME;
-use crate::report::fit::elide;
 pub(crate) use crate::report::fit::Fit;
+use crate::report::fit::{column_width, elide};
 use crate::report::text_compare::{before_after, interval_changes};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
@@ -234,7 +234,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
 /// Each captured reason's calls at the stack gate, as the sum of what
 /// became of them (the causes that took none left out).
 pub(crate) fn gates(gates: &[ReasonGate]) -> String {
-    let w = gates.iter().map(|g| g.reason.len()).max().unwrap_or(0);
+    let w = column_width(gates.iter().map(|g| g.reason.as_str()));
     let mut s = String::from("  calls while captured, and what became of them:\n");
     for ReasonGate { reason, gate: g } in gates {
         let mut parts = vec![format!("{} shown", g.shown)];
@@ -248,19 +248,20 @@ pub(crate) fn gates(gates: &[ReasonGate]) -> String {
                 parts.push(format!("{n} {what}"));
             }
         }
-        let _ = writeln!(s, "    {reason:<w$}  {} = {}", g.calls, parts.join(" + "));
+        let _ = writeln!(
+            s,
+            "    {:<w$}  {} = {}",
+            elide(reason, w),
+            g.calls,
+            parts.join(" + ")
+        );
     }
     s
 }
 
 /// When each reason was captured and what that covered.
 fn captures(sum: &Summary) -> String {
-    let w = sum
-        .captures
-        .iter()
-        .map(|c| c.reason.len())
-        .max()
-        .unwrap_or(0);
+    let w = column_width(sum.captures.iter().map(|c| c.reason.as_str()));
     let mut s = String::from("  stack capture:\n");
     for c in &sum.captures {
         let first = match c.first_stack_ns {
@@ -273,7 +274,7 @@ fn captures(sum: &Summary) -> String {
         let _ = writeln!(
             s,
             "    {:<w$}  {:.1}s to {:.1}s: {}, {} stack{}{first}",
-            c.reason,
+            elide(&c.reason, w),
             c.start,
             c.end,
             calls(c.calls),
@@ -446,7 +447,12 @@ mod tests {
         assert!(lines[1].contains("h0123456789abcdef "), "{t}");
         assert!(lines[3].starts_with("  (2 more) "), "{t}");
         assert!(lines[3].ends_with(" 10         10.0   10.0%"), "{t}");
-        // No width (a pipe): whole names; the summary: every row, whole.
+        // No width (a pipe): names up to MAX_NAME whole, longer ones
+        // elided to it; the summary: every row, names as in a pipe.
+        let capped = elide(wide, crate::report::fit::MAX_NAME);
+        assert!(
+            capped.starts_with("<alloc::vec::Vec<T,A> as") && capped.ends_with("h0123456789abcdef")
+        );
         let t = interval(
             &report(d.clone()),
             5,
@@ -455,13 +461,90 @@ mod tests {
                 width: None,
             },
         );
-        assert!(t.contains(wide), "{t}");
+        assert!(
+            t.contains(&format!("  {capped} ")) && !t.contains(wide),
+            "{t}"
+        );
         let mut sum = sample_summary();
         sum.calls = d;
         let t = summary(&sum, 5);
         assert!(
-            t.contains(wide) && t.contains("caller_four") && !t.contains("more)"),
+            t.contains(&format!("  {capped} "))
+                && t.contains("caller_four")
+                && !t.contains("more)"),
             "{t}"
+        );
+    }
+
+    #[test]
+    fn a_very_long_reason_does_not_widen_the_text_tables() {
+        // Two 177-character C++ symbols that differ only near their ends.
+        let long = |end: &str| {
+            format!(
+                "std::_Function_handler<void (std::shared_ptr<data::model::Node>&&), \
+                 tensorflow::data::model::Model::FlushMetrics()::\
+                 {{lambda(std::shared_ptr<data::model::Node>)#1}}>::_M_invoke_{end}"
+            )
+        };
+        let (a, b) = (long("a1"), long("b2"));
+        assert_eq!((a.chars().count(), b.chars().count()), (177, 177));
+        let mut sum = sample_summary();
+        sum.calls.rows = vec![row(&a, 60, 60.0, 60.0), row(&b, 40, 40.0, 40.0)];
+        sum.gates = vec![ReasonGate {
+            reason: a.clone(),
+            gate: crate::report::Gate {
+                calls: 2,
+                shown: 2,
+                ..Default::default()
+            },
+        }];
+        sum.captures[1].reason = a.clone();
+        let mut cmp = compared_summary().compare.unwrap();
+        cmp.rows[0].reason = b.clone();
+        sum.compare = Some(cmp);
+        let t = summary(&sum, 5);
+        let max = crate::report::fit::MAX_NAME;
+        let (ea, eb) = (elide(&a, max), elide(&b, max));
+        assert_ne!(ea, eb, "two long names stay apart");
+        // The REASON table, and the interval's (no width: a pipe).
+        for r in [&ea, &eb] {
+            assert!(t.contains(&format!("\n  {r} ")), "{t}");
+        }
+        let lines: Vec<&str> = t.lines().collect();
+        let at = |s: &str| lines.iter().position(|l| l.contains(s)).unwrap();
+        let table = &lines[at("REASON")..at("REASON") + 3];
+        assert!(
+            table.iter().all(|l| l.chars().count() == max + NUMBERS),
+            "{t}"
+        );
+        let iv = interval(
+            &report(sum.calls.clone()),
+            5,
+            Fit {
+                rows: 5,
+                width: None,
+            },
+        );
+        assert!(
+            iv.lines()
+                .skip(1)
+                .all(|l| l.chars().count() == max + NUMBERS),
+            "{iv}"
+        );
+        // The gates, the capture spans and the before/after table.
+        assert!(t.contains(&format!("\n    {ea}  2 = 2 shown\n")), "{t}");
+        assert!(t.contains(&format!("\n    {ea}  2.0s to 3.0s: ")), "{t}");
+        assert!(t.contains(&format!("\n    {eb:<max$}       20.0")), "{t}");
+        assert!(
+            t.contains(&format!("\n    {:<max$}        5.0", "FAULT_ALLOC")),
+            "{t}"
+        );
+        // Whole where it is not a column (the top line), and in JSON.
+        assert!(t.contains(&format!("  top reason: {a} (60.0%")), "{t}");
+        let j = crate::report::json::summary(&sum, 5);
+        assert!(
+            j.contains(&a) && j.contains(&b) && !j.contains("..."),
+            "{j}"
         );
     }
 

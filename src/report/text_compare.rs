@@ -90,7 +90,7 @@ pub(crate) fn before_after(s: &mut String, cmp: &Comparison) {
         let _ = writeln!(
             s,
             "    {:<w$} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9}",
-            c.reason,
+            elide(&c.reason, w),
             rate_cell(c.before),
             rate_cell(c.now),
             times_cell(c),
