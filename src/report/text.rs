@@ -191,11 +191,16 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if !sum.gates.is_empty() {
         s.push_str(&gates(&sum.gates));
     }
-    for st in &sum.stacks {
+    let (early, shown): (Vec<&ReasonStacks>, Vec<&ReasonStacks>) =
+        sum.stacks.iter().partition(|st| background_only(sum, st));
+    for st in shown {
         if st.total() > 0 {
             s.push_str(&top_processes(st, top));
         }
         s.push_str(&stacks(st, top));
+    }
+    if !early.is_empty() {
+        s.push_str(&not_captured(early, top));
     }
     if let Some(cmp) = &sum.compare {
         before_after(&mut s, cmp);
@@ -227,6 +232,44 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         if let Some((kind, c)) = &sum.companion {
             let _ = writeln!(s, "  empty {kind} companion: {}", cost(c));
         }
+    }
+    s
+}
+
+/// Whether a reason's stacks are all the background sampler's: it burst,
+/// but capture never reached it.
+fn background_only(sum: &Summary, st: &ReasonStacks) -> bool {
+    st.captured == 0 && st.background > 0 && !sum.captures.iter().any(|c| c.reason == st.reason)
+}
+
+/// The reasons with background stacks only, a line each for the `top`
+/// with most (their stacks would make a summary hundreds of lines long;
+/// JSON, the folded file and the result file keep them).
+fn not_captured(mut list: Vec<&ReasonStacks>, top: usize) -> String {
+    list.sort_by_key(|st| std::cmp::Reverse(st.background));
+    let (shown, rest) = list.split_at(list.len().min(top));
+    let w = column_width(shown.iter().map(|st| st.reason.as_str()));
+    let mut s = String::from(
+        "  not captured, with stacks from before the trigger only \
+         (--json, --folded and --save have them):\n",
+    );
+    for st in shown {
+        let n = st.background;
+        let _ = writeln!(
+            s,
+            "    {:<w$}  {n} stack{}: {}",
+            elide(&st.reason, w),
+            if n == 1 { "" } else { "s" },
+            processes(&st.processes, STACK_PROCESSES)
+        );
+    }
+    if !rest.is_empty() {
+        let _ = writeln!(
+            s,
+            "    +{} more reason{}",
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" }
+        );
     }
     s
 }
@@ -686,6 +729,62 @@ mod tests {
         assert!(t.contains(
             "  stack capture:\n    folio_remove_rmap_ptes      0.5s to 2.0s: 1 call, 1 stack, first 3.5 ms after the switch\n    do_huge_pmd_anonymous_page  2.0s to 3.0s: 30 calls, 3 stacks\n"
         ), "{t}");
+    }
+
+    #[test]
+    fn reasons_never_captured_get_a_line_each_not_their_stacks() {
+        let frames: Vec<String> = (0..20).map(|i| format!("frame_{i}+0x1")).collect();
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let early = |name: &str, n: u64| {
+            let mut st = stacks_of(name, &[(&frames, n)]);
+            (st.captured, st.background) = (0, n);
+            st
+        };
+        let mut sum = sample_summary();
+        let base = summary(&sum, 5);
+        // Background-only reasons come first, as State::finish orders them.
+        let mut all: Vec<ReasonStacks> = (1..=7).map(|i| early(&format!("BURST_{i}"), i)).collect();
+        all.append(&mut sum.stacks);
+        sum.stacks = all;
+        let t = summary(&sum, 5);
+        assert!(!t.contains("BURST_1") && !t.contains("frame_0"), "{t}");
+        assert!(
+            t.contains(
+                "  not captured, with stacks from before the trigger only (--json, --folded and --save have them):\n    \
+                 BURST_7  7 stacks: thp[42] 7\n    \
+                 BURST_6  6 stacks: thp[42] 6\n    \
+                 BURST_5  5 stacks: thp[42] 5\n    \
+                 BURST_4  4 stacks: thp[42] 4\n    \
+                 BURST_3  3 stacks: thp[42] 3\n    \
+                 +2 more reasons\n"
+            ),
+            "{t}"
+        );
+        // The captured reasons' stacks as before, and a line each more.
+        assert!(
+            t.contains("  top stacks of do_huge_pmd_anonymous_page (3 captured):\n"),
+            "{t}"
+        );
+        assert_eq!(t.lines().count(), base.lines().count() + 7, "{t}");
+        // JSON keeps every reason's stacks.
+        let v: serde_json::Value =
+            serde_json::from_str(&crate::report::json::summary(&sum, 5)).unwrap();
+        let sets = v["stacks_by_reason"].as_array().unwrap();
+        assert_eq!(sets.len(), 9);
+        assert_eq!(sets[0]["reason"], "BURST_1");
+        assert_eq!(sets[0]["stacks"][0]["frames"].as_array().unwrap().len(), 20);
+        // A reason capture reached shows its stacks, even if all are the
+        // sampler's; one line says one stack.
+        sum.stacks.truncate(1);
+        sum.captures[0].reason = "BURST_1".into();
+        let t = summary(&sum, 5);
+        assert!(
+            t.contains("  top stacks of BURST_1 (0 captured, 1 more from before the trigger):\n"),
+            "{t}"
+        );
+        assert!(!t.contains("not captured"), "{t}");
+        sum.captures.clear();
+        assert!(summary(&sum, 5).contains(":\n    BURST_1  1 stack: thp[42] 1\n"));
     }
 
     #[test]
