@@ -14,7 +14,7 @@ const SOURCES: [(&str, &str); 2] = [
 
 /// The oldest libbpf the system-libbpf feature builds against: the oldest tried
 /// that works (Debian 13's). Debian 12's 1.1 lacks bpf_prog_get_info_by_fd (1.2),
-/// which libbpf-rs calls; 1.2 to 1.4 were not tried (README, Packaging).
+/// which libbpf-rs calls; 1.2 to 1.4 were not tried (docs/packaging.md, libbpf).
 const LIBBPF_MIN: (u32, u32) = (1, 5);
 
 /// The arguments clang compiles the BPF C with for one architecture
