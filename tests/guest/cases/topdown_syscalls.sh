@@ -50,6 +50,7 @@ for ev in sys_enter_clock_nanosleep sys_exit_clock_nanosleep; do
 	grep -q "tracing tracepoint $ev with tp_btf" "$TD_ERR" || fail "header: $(head -1 "$TD_ERR")"
 	expect_eq "$ev: calls ($S nanosleep calls)" "$(summary_num total)" $S
 	expect_eq "$ev: rows (the path that fired it)" "$(reason_rows)" 1
+	expect_eq "$ev: category" "$(summary_str tracepoint)" syscalls
 done
 TP=rawtracepoint run_sleeps sys_enter_clock_nanosleep
 expect_eq "raw_tp: mode" "$(summary_str mode)" raw_tp

@@ -222,7 +222,7 @@ done
 # --save, then --baseline: the same workload again is no fix (exit status 3, or 4 if
 # too few calls to tell).
 run_sleeps --save "$TD_TMP/before.json"
-grep -q '"func":"sched_switch"' "$TD_TMP/before.json" || fail "--save: $(head -c 300 "$TD_TMP/before.json")"
+grep -q '"func":"sched_switch","tracepoint":"sched"' "$TD_TMP/before.json" || fail "--save: $(head -c 300 "$TD_TMP/before.json")"
 TD_BASE=1 run_sleeps --baseline "$TD_TMP/before.json"
 case $TD_RC in
 3 | 4) echo "ok: --baseline, same workload: exit status $TD_RC" ;;
