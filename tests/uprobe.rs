@@ -257,8 +257,21 @@ fn gates_add_up(sum: &serde_json::Value) {
             "rate_capped",
             "ringbuf_full",
             "not_kept",
+            "unseen",
+            "unnamed",
         ];
         assert_eq!(n("calls"), parts.iter().map(|k| n(k)).sum::<u64>(), "{g}");
+        // A captured reason's calls are its capture spans' calls.
+        let spans: Vec<u64> = sum["captures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["reason"] == g["reason"])
+            .map(|c| c["calls"].as_u64().unwrap())
+            .collect();
+        if !spans.is_empty() {
+            assert_eq!(n("calls"), spans.iter().sum::<u64>(), "{g}: {sum}");
+        }
     }
 }
 

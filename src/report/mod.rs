@@ -274,14 +274,17 @@ pub(crate) struct Cost {
     pub(crate) recursion_misses: u64,
 }
 
-/// What became of one reason's calls at the stack gate while it was
-/// captured: `calls` = `shown` + `sampled_out` + `rate_capped` +
-/// `ringbuf_full` + `not_kept`, every call accounted for.
+/// What became of one reason's calls while it was captured: `calls` is
+/// the sum of `shown`, `sampled_out`, `rate_capped`, `ringbuf_full`,
+/// `not_kept`, `unseen` and `unnamed`, every call accounted for. A live
+/// run's calls are those its capture spans counted (the same figures as
+/// the "stack capture" lines); serve's, those the stack gate took.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Gate {
-    /// Calls the stack gate took as the captured reason's.
+    /// Calls of the reason while it was captured.
     pub(crate) calls: u64,
-    /// Stacks shown (the summary's `captured`).
+    /// Stacks shown (the summary's `captured`), a uprobe's from sites not
+    /// yet named among them.
     pub(crate) shown: u64,
     pub(crate) sampled_out: u64,
     pub(crate) rate_capped: u64,
@@ -289,12 +292,26 @@ pub(crate) struct Gate {
     /// Stacks sent but not shown: left in the ring buffer at the end, or
     /// (a uprobe's) told to be another reason's once named.
     pub(crate) not_kept: u64,
+    /// Counted before the switch reached the reason's call sites (its
+    /// cached sites are flagged a moment after capture starts): the stack
+    /// gate never saw them.
+    pub(crate) unseen: u64,
+    /// A uprobe's calls from sites not named yet, sent untagged, and not
+    /// shown: dropped among those sites' calls (the "(unresolved)" row's
+    /// causes), or found to be this reason's only later.
+    pub(crate) unnamed: u64,
 }
 
 impl Gate {
     /// The calls the parts account for.
     pub(crate) fn accounted(&self) -> u64 {
-        self.shown + self.sampled_out + self.rate_capped + self.ringbuf_full + self.not_kept
+        self.shown
+            + self.sampled_out
+            + self.rate_capped
+            + self.ringbuf_full
+            + self.not_kept
+            + self.unseen
+            + self.unnamed
     }
 
     /// Whether the parts add up to the calls.
@@ -303,6 +320,9 @@ impl Gate {
         self.accounted() == self.calls
     }
 }
+
+/// The gate counts' name for a uprobe's calls from sites not resolved yet.
+pub(crate) const UNRESOLVED: &str = "(unresolved)";
 
 /// A reason's gate counts (see Gate): a reason's, or, named "(unresolved)",
 /// a uprobe's calls from sites not resolved yet, sent untagged.

@@ -10,7 +10,7 @@ use crate::report::fit::{column_width, elide};
 use crate::report::text_compare::{before_after, interval_changes};
 use crate::report::{
     calls, is_hot, top_label, Cost, Distribution, Drops, IntervalReport, Pinned, ProcessCount,
-    ReasonGate, ReasonRow, ReasonStacks, Summary,
+    ReasonGate, ReasonRow, ReasonStacks, Summary, UNRESOLVED,
 };
 
 /// The columns of a table row besides REASON.
@@ -280,12 +280,20 @@ pub(crate) fn gates(gates: &[ReasonGate]) -> String {
     let w = column_width(gates.iter().map(|g| g.reason.as_str()));
     let mut s = String::from("  calls while captured, and what became of them:\n");
     for ReasonGate { reason, gate: g } in gates {
-        let mut parts = vec![format!("{} shown", g.shown)];
+        // The unnamed sites' stacks shown are each shown under its reason.
+        let under = if reason == UNRESOLVED {
+            " under their reasons"
+        } else {
+            ""
+        };
+        let mut parts = vec![format!("{} shown{under}", g.shown)];
         for (n, what) in [
             (g.sampled_out, "sampled out"),
             (g.rate_capped, "rate capped"),
             (g.ringbuf_full, "ring buffer full"),
             (g.not_kept, "not kept"),
+            (g.unseen, "before the switch reached its call sites"),
+            (g.unnamed, "from sites not yet named, not shown"),
         ] {
             if n > 0 {
                 parts.push(format!("{n} {what}"));

@@ -13,7 +13,7 @@ use crate::reasons::Reasons;
 use crate::report::RunInfo;
 use crate::report::{
     CaptureSpan, Cost, Drops, FilterInfo, Gate, IntervalReport, Phase, Process, ReasonGate,
-    ReasonStacks, Stack, Summary, Verify,
+    ReasonStacks, Stack, Summary, Verify, UNRESOLVED,
 };
 use crate::session::capture::Tally;
 use crate::session::rates::Interval;
@@ -71,11 +71,10 @@ pub(super) fn gate(g: &[u64; NR_STACK_STATS], shown: u64) -> Gate {
         rate_capped: at(StackStat::TD_STACK_RATE_CAPPED),
         ringbuf_full: at(StackStat::TD_STACK_RINGBUF_FULL),
         not_kept: at(StackStat::TD_STACK_EMITTED).saturating_sub(shown),
+        unseen: 0,
+        unnamed: 0,
     }
 }
-
-/// The gate counts' name for a uprobe's calls from sites not resolved yet.
-pub(crate) const UNRESOLVED: &str = "(unresolved)";
 
 /// A stretch of capture of one reason.
 #[derive(Debug, Clone)]
@@ -306,25 +305,53 @@ impl State {
             }
         }
         let empty = [0; NR_STACK_STATS];
+        let pooled = matched(NR_SLOTS) > 0;
         let mut out: Vec<ReasonGate> = order
             .into_iter()
             .map(|slot| {
                 let shown = self.tallies.get(&slot).map_or(0, Tally::run_captured);
                 let untagged = end.untagged_shown.get(&slot).copied().unwrap_or(0);
                 let g = end.gates.get(slot as usize).unwrap_or(&empty);
+                let mut gate = gate(g, shown.saturating_sub(untagged));
+                // Its stacks from sites not yet named are its calls too.
+                gate.calls += untagged;
+                gate.shown += untagged;
+                // What its spans counted and the gate did not see: a
+                // uprobe's, dropped among unnamed sites' calls; a kernel
+                // function's, before its call sites were flagged.
+                let counted: u64 = self
+                    .spans
+                    .iter()
+                    .filter(|s| s.slot == slot)
+                    .map(|s| self.span_calls(s, end))
+                    .sum();
+                let missing = counted.saturating_sub(gate.calls);
+                if pooled {
+                    gate.unnamed = missing;
+                } else {
+                    gate.unseen = missing;
+                }
+                gate.calls += missing;
                 ReasonGate {
                     reason: reasons.name(slot).to_string(),
-                    gate: gate(g, shown.saturating_sub(untagged)),
+                    gate,
                 }
             })
             .collect();
-        if matched(NR_SLOTS) > 0 {
+        if pooled {
             out.push(ReasonGate {
                 reason: UNRESOLVED.to_string(),
                 gate: gate(&end.gates[NR_SLOTS], end.untagged_shown.values().sum()),
             });
         }
         out
+    }
+
+    /// The calls of span `s`'s reason it counted (until the run's end,
+    /// if it has not ended).
+    fn span_calls(&self, s: &Span, end: &End<'_>) -> u64 {
+        let at_end = s.end.map_or(count_of(end.totals, s.slot), |(_, n)| n);
+        at_end.wrapping_sub(s.start_count)
     }
 
     /// The summary of the whole run.
@@ -371,12 +398,12 @@ impl State {
             .spans
             .iter()
             .map(|s| {
-                let (until, at_end) = s.end.unwrap_or((end.secs, count_of(end.totals, s.slot)));
+                let until = s.end.map_or(end.secs, |(t, _)| t);
                 CaptureSpan {
                     reason: reasons.name(s.slot).to_string(),
                     start: s.start,
                     end: until,
-                    calls: at_end.wrapping_sub(s.start_count),
+                    calls: self.span_calls(s, end),
                     stacks: s.stacks,
                     start_ns: s.start_ns,
                     first_stack_ns: s.first_stack_ns,
@@ -718,7 +745,9 @@ mod tests {
         gates[2] = gate_row(10, 2, 3, 1, 4);
         gates[NR_SLOTS] = gate_row(5, 0, 2, 0, 3);
         let untagged: HashMap<u32, u64> = [(2, 2)].into();
-        let t = totals(0, 100, 0);
+        // FAULT counted 20 calls while captured: 10 at the gate, 2 shown
+        // from unnamed sites, 8 dropped among those sites' calls.
+        let t = totals(0, 120, 0);
         let mut e = end(&t, Stats::default());
         e.gates = &gates;
         e.untagged_shown = &untagged;
@@ -729,12 +758,14 @@ mod tests {
             .map(|g| (g.reason.as_str(), g.gate))
             .collect();
         let fault = Gate {
-            calls: 10,
-            shown: 3,
+            calls: 20,
+            shown: 5,
             sampled_out: 2,
             rate_capped: 3,
             ringbuf_full: 1,
             not_kept: 1,
+            unnamed: 8,
+            unseen: 0,
         };
         let untold = Gate {
             calls: 5,
@@ -745,6 +776,32 @@ mod tests {
         };
         assert_eq!(got, vec![("FAULT", fault), (UNRESOLVED, untold)]);
         assert!(sum.gates.iter().all(|g| g.gate.holds()));
+        // The same calls as the capture span's line.
+        assert_eq!(sum.captures[0].calls, 20);
+    }
+
+    #[test]
+    fn calls_counted_before_the_switch_reached_their_sites_are_accounted_for() {
+        let r = reasons();
+        let mut s = fault_captured();
+        for ts in [510, 520] {
+            s.add_stack(2, stack("fault"), thp(), ts, false);
+        }
+        // 30 counted while captured, 26 at the gate: 2 shown, 24 capped.
+        let mut gates = vec![[0; NR_STACK_STATS]; NR_SLOTS + 1];
+        gates[2] = gate_row(26, 0, 24, 0, 2);
+        let t = totals(0, 130, 0);
+        let mut e = end(&t, Stats::default());
+        e.gates = &gates;
+        let sum = s.finish(&e, &r);
+        let g = sum.gates[0].gate;
+        assert_eq!(
+            (g.calls, g.shown, g.rate_capped, g.unseen, g.unnamed),
+            (30, 2, 24, 4, 0)
+        );
+        assert!(g.holds());
+        assert_eq!(sum.captures[0].calls, g.calls);
+        assert_eq!(sum.gates.len(), 1);
     }
 
     #[test]

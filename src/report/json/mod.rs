@@ -418,8 +418,9 @@ struct SummaryJson<'a> {
     stacks: Vec<StackJson<'a>>,
     stacks_by_reason: Vec<StackSet<'a>>,
     captures: Vec<CaptureJson<'a>>,
-    /// Each captured reason's calls at the stack gate: calls = shown +
-    /// sampled_out + rate_capped + ringbuf_full + not_kept.
+    /// Each captured reason's calls while captured: calls = shown +
+    /// sampled_out + rate_capped + ringbuf_full + not_kept + unseen +
+    /// unnamed.
     capture_calls: Vec<GateJson<'a>>,
     verify: Option<Verify>,
     uncached: u64,

@@ -191,13 +191,15 @@ fn each_captured_reasons_calls_are_one_object_in_report_order() {
             rate_capped: 5,
             ringbuf_full: 0,
             not_kept: 1,
+            unseen: 0,
+            unnamed: 0,
         },
     }];
     let j = summary(&sum, 5);
     // The guest tests grep it field by field.
     assert!(
         j.contains(
-            "\"capture_calls\":[{\"reason\":\"ZAP\",\"calls\":9,\"shown\":2,\"sampled_out\":1,\"rate_capped\":5,\"ringbuf_full\":0,\"not_kept\":1}]"
+            "\"capture_calls\":[{\"reason\":\"ZAP\",\"calls\":9,\"shown\":2,\"sampled_out\":1,\"rate_capped\":5,\"ringbuf_full\":0,\"not_kept\":1,\"unseen\":0,\"unnamed\":0}]"
         ),
         "{j}"
     );

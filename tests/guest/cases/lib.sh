@@ -325,17 +325,21 @@ gates_hold() {
 	_bad=$(echo "$TD_SUMMARY" | grep -o '"capture_calls":\[[^]]*\]' | grep -o '{[^}]*}' |
 		while read -r _g; do
 			_sum=0
-			for _k in shown sampled_out rate_capped ringbuf_full not_kept; do
+			for _k in shown sampled_out rate_capped ringbuf_full not_kept unseen unnamed; do
 				_sum=$((_sum + $(echo "$_g" | grep -o "\"$_k\":[0-9]*" | cut -d: -f2)))
 			done
 			_calls=$(echo "$_g" | grep -o '"calls":[0-9]*' | cut -d: -f2)
-			if [ "$_sum" = "$_calls" ]; then
+			# A captured reason's calls are its capture spans' ("stack capture" lines).
+			_r=$(echo "$_g" | sed 's/^{"reason":"\([^"]*\)".*/\1/')
+			_span=$(echo "$TD_SUMMARY" | grep -o '"captures":\[[^]]*\]' | grep -o "{\"reason\":\"$_r\",[^}]*}" |
+				grep -o '"calls":[0-9]*' | cut -d: -f2 | awk '{ s += $1; n++ } END { print n ? s : "" }')
+			if [ "$_sum" = "$_calls" ] && { [ -z "$_span" ] || [ "$_span" = "$_calls" ]; }; then
 				echo "$_g" | sed 's/^{"reason":"\([^"]*\)".*/ok: \1: capture calls add up/; s/$/ '"$_calls"'/' >&2
 			else
 				echo "$_g"
 			fi
 		done)
-	[ -z "$_bad" ] || fail "capture calls do not add up (shown + drops): $_bad"
+	[ -z "$_bad" ] || fail "capture calls do not add up (shown + drops, and the spans' calls): $_bad"
 }
 
 # reason_count NAME: the run's count for reason NAME in $TD_SUMMARY (0 if it has no row).
