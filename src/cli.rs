@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::bpf::abi::MAX_STACK_FRAMES;
+use crate::bpf::limits::MAX_STACK_FRAMES;
 use crate::filter::CpuList;
 use crate::funcname::{self, FuncName};
 use crate::listen::Listen;

@@ -9,7 +9,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::bpf::abi::{Filters, MAX_CPUS};
+use crate::bpf::{limits::MAX_CPUS, Filters};
 use crate::error::{Error, Result};
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -221,7 +221,7 @@ impl Filter {
                 distinct.push(pid);
             }
         }
-        let max = crate::bpf::abi::MAX_PIDS;
+        let max = crate::bpf::limits::MAX_PIDS;
         if distinct.len() > max {
             return Err(Error::msg(format!(
                 "--pid: {} processes given, at most {max} can be filtered on \

@@ -705,15 +705,9 @@ impl Maps {
             .map_err(|e| Error::bpf("opening the sample ring buffer", e))
     }
 
-    /// Captures stacks of `slot` alone from now on (SLOT_NONE: of none);
-    /// `callers` are the address ranges of its caller functions, for
-    /// calls from sites not resolved yet.
-    pub(crate) fn capture(&self, slot: u32, callers: &[(u64, u64)]) -> Result<()> {
-        let set = (slot != abi::SLOT_NONE).then(|| Captured {
-            slot,
-            callers: callers.to_vec(),
-        });
-        self.capture_set(set.as_slice())
+    /// Captures no reason's stacks from now on.
+    pub(crate) fn stop_capture(&self) -> Result<()> {
+        self.capture_set(&[])
     }
 
     /// Captures the stacks of the reasons in `set` from now on (see

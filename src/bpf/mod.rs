@@ -6,6 +6,11 @@
 //! what the maps hold; `probe` is the loaded object; `attach` chooses
 //! fentry or a kprobe and explains refusals; `log` keeps the verifier's
 //! reason for them.
+//!
+//! The rest of the program uses what this file offers (`limits`, the
+//! `LoadConfig` and `Filters` it hands over, the probe's and maps'
+//! methods), not `abi`, `maps`, `ctl`, `skel` or `percpu` by name:
+//! tests/modgraph.rs lists the files that still do, and lets none be added.
 
 pub(crate) mod abi;
 pub(crate) mod attach;
@@ -21,7 +26,18 @@ pub(crate) mod sample;
 #[cfg(test)]
 mod tests;
 
-#[allow(clippy::all, unused_imports, dead_code, missing_docs, unreachable_pub)]
-pub(crate) mod skel {
-    include!(concat!(env!("OUT_DIR"), "/topdown.skel.rs"));
+/// What the rest of the program hands the kernel side, as plain data: the
+/// settings a counting program is loaded with and the filters in them.
+pub(crate) use abi::{Filters, LoadConfig};
+
+/// The capacities of the kernel side's tables, which what the user gives is
+/// checked against before anything is loaded.
+pub(crate) mod limits {
+    pub(crate) use super::abi::{
+        MAX_CPUS, MAX_DEEP_CALLERS, MAX_DEEP_RULES, MAX_GLUE, MAX_PIDS, MAX_RULE_DEPTH, MAX_SITES,
+        MAX_STACK_FRAMES,
+    };
 }
+
+#[allow(clippy::all, unused_imports, dead_code, missing_docs, unreachable_pub)]
+pub(crate) mod skel;

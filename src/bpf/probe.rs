@@ -9,7 +9,7 @@ use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{Link, OpenObject};
 use serde::{Deserialize, Serialize};
 
-use crate::bpf::abi::{self, LoadConfig, SLOT_NONE};
+use crate::bpf::abi::{self, LoadConfig};
 use crate::bpf::ctl;
 use crate::bpf::maps::Maps;
 use crate::bpf::skel::{OpenTopdownSkel, TopdownSkel, TopdownSkelBuilder};
@@ -594,7 +594,7 @@ impl<'obj> Probe<'obj> {
             }
             Owner::Pinned { .. } => {
                 let was = self.maps.capturing();
-                self.maps.capture(SLOT_NONE, &[])?;
+                self.maps.stop_capture()?;
                 was.into_iter()
                     .try_for_each(|slot| self.maps.refill(slot, 0, 0))
             }
@@ -608,7 +608,7 @@ impl<'obj> Probe<'obj> {
         // Capture off cannot fail (stores to mapped memory); a budget left
         // is spent and not refilled.
         let was = self.maps.capturing();
-        let _ = self.maps.capture(SLOT_NONE, &[]);
+        let _ = self.maps.stop_capture();
         for slot in was {
             let _ = self.maps.refill(slot, 0, 0);
         }

@@ -387,7 +387,12 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     let p = leased_with_site(&mut storage, a, 7);
     // A reader of another process, capturing slot 2: the lease is taken.
     p.maps().own(1);
-    p.maps().capture(2, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: 2,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     let (lease, own, reason, why) = steered(&p);
     assert!(lease > mono_ns());
     assert_eq!((own, reason, why), (1, 2, [1, 0, 0, 0]));
@@ -410,7 +415,7 @@ fn a_readers_state_is_put_back_by_the_first_watched_call_past_its_lease() {
     assert!(lease > mono_ns());
     assert_eq!((own, reason, why), (1, 2, [1, 0, 0, 0]));
     // Nothing held: the lease is given up, and never runs out.
-    p.maps().capture(SLOT_NONE, &[]).unwrap();
+    p.maps().stop_capture().unwrap();
     p.maps().own(0);
     assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
 }
@@ -431,7 +436,12 @@ fn a_reader_republishes_only_after_the_bpf_side_has_taken_its_lease_back() {
     let mut storage = MaybeUninit::uninit();
     let p = leased_with_site(&mut storage, a, 7);
     p.maps().own(1);
-    p.maps().capture(2, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: 2,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     let (ctl, watch) = p.maps().control_ptr();
     // SAFETY (here and below): the object is alive; accesses of mapped
     // memory, as the BPF side makes them.
@@ -464,7 +474,7 @@ fn a_reader_republishes_only_after_the_bpf_side_has_taken_its_lease_back() {
     // Every call counted (the own tgid is another process's).
     p.test_count(a, 3);
     assert_eq!(p.maps().counts().unwrap()[7], 2 + 3);
-    p.maps().capture(SLOT_NONE, &[]).unwrap();
+    p.maps().stop_capture().unwrap();
     p.maps().own(0);
     assert_eq!(steered(&p), (0, 0, SLOT_NONE, [0, 0, 0, 0]));
 }
@@ -481,7 +491,12 @@ fn a_killed_readers_capture_is_put_back_by_the_captured_reasons_call() {
     let mut storage = MaybeUninit::uninit();
     let p = leased_with_site(&mut storage, a, 7);
     p.maps().refill_every(u64::MAX).unwrap();
-    p.maps().capture(7, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: 7,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     let (cell, entry) = p.maps().site_cell_ptr(a, 7);
     // SAFETY: the object is alive; plain accesses of mapped memory.
     let flagged = || unsafe { std::ptr::read_volatile(cell) } == entry ^ 1;

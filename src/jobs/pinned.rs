@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use crate::bpf::abi::SLOT_NONE;
 use crate::bpf::attach::Storage;
 use crate::bpf::pin::{self, Meta};
 use crate::cli::Cli;
@@ -315,7 +314,7 @@ pub(super) fn snapshots(
         // counting program's slow path.
         if let Ok(_lock) = pin::Lock::try_take(func)? {
             if !inst.probe.maps().capturing().is_empty() {
-                inst.probe.maps().capture(SLOT_NONE, &[])?;
+                inst.probe.maps().stop_capture()?;
             }
             inst.probe.maps().own(0);
         }

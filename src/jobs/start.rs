@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use crate::bpf::abi::{Filters, LoadConfig, MAX_GLUE, SLOT_NOT_FOUND};
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::probe::{self, Companion, Mode, Probe};
+use crate::bpf::{limits::MAX_GLUE, Filters, LoadConfig};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::host;
@@ -302,13 +302,7 @@ pub(super) fn start_user<'obj>(
     let stack_on = t
         .stack_on
         .as_deref()
-        .map(|name| match reasons::is_not_found(name) {
-            true => SLOT_NOT_FOUND,
-            false => mapper
-                .reasons
-                .lookup(name)
-                .unwrap_or_else(|| mapper.reasons.slot(name)),
-        });
+        .map(|name| mapper.user_stack_reason(name));
     mapper.sync(probe.maps())?;
     Ok((probe, mapper, stack_on))
 }

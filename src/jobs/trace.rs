@@ -5,7 +5,6 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::bpf::abi::SLOT_NONE;
 use crate::bpf::attach::Storage;
 use crate::bpf::pin;
 use crate::bpf::probe::Probe;
@@ -206,7 +205,7 @@ fn trace_pinned(t: Trace) -> Result<Status> {
         .transpose()?;
     // A reader killed earlier may have left capture on, and its samples;
     // and its calls left out, which sends every call down the slow path.
-    inst.probe.maps().capture(SLOT_NONE, &[])?;
+    inst.probe.maps().stop_capture()?;
     inst.probe.maps().own(0);
     let stop = stop_on_signals()?;
     let meta = &inst.meta;

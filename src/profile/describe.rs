@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::bpf::abi::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
+use crate::bpf::limits::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
 use crate::kallsyms::Kallsyms;
 use crate::profile::model::Profile;
 use crate::profile::resolve::all_functions;

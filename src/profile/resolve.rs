@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use crate::bpf::abi::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
+use crate::bpf::limits::{MAX_DEEP_CALLERS, MAX_DEEP_RULES};
 use crate::error::{Error, Result};
 use crate::kallsyms::Kallsyms;
 use crate::profile::model::{Profile, Reason};

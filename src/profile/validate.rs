@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::bpf::abi::MAX_RULE_DEPTH;
+use crate::bpf::limits::MAX_RULE_DEPTH;
 use crate::error::{Error, Result};
 use crate::kallsyms::base_name;
 use crate::profile::model::{Reason, Within, DEFAULT_DEPTH};

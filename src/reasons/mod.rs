@@ -395,6 +395,18 @@ impl Mapper {
 
     /// The slot of the reason named by --stack-on: a profile reason, or
     /// any kernel function (callers are reasons).
+    /// A uprobe's --stack-on reason's slot: not-found, a reason, or any
+    /// caller function's name (user functions are named per process, when
+    /// their calls come, so none can be checked now).
+    pub(crate) fn user_stack_reason(&mut self, name: &str) -> u32 {
+        if is_not_found(name) {
+            return SLOT_NOT_FOUND;
+        }
+        self.reasons
+            .lookup(name)
+            .unwrap_or_else(|| self.reasons.slot(name))
+    }
+
     pub(crate) fn stack_reason(&mut self, ksyms: &Kallsyms, name: &str) -> Result<u32> {
         if is_not_found(name) {
             return Ok(SLOT_NOT_FOUND);

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::bpf::abi::MAX_SITES;
+use crate::bpf::limits::MAX_SITES;
 use crate::bpf::probe::Mode;
 use crate::reasons::SITES_FULL_NAME;
 pub(crate) use crate::report::fit::Fit;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::bpf::abi::{NR_SLOTS, NR_STACK_STATS, SLOT_NONE};
+use crate::bpf::abi::{NR_SLOTS, NR_STACK_STATS};
 use crate::bpf::ctl::mono_ns;
 use crate::bpf::pin::{Instance, Lock};
 use crate::bpf::probe::{Mode, Probe};
@@ -78,7 +78,7 @@ impl Watch {
         // From here on the probe's Drop puts back what is changed.
         inst.probe.steer();
         // A reader killed earlier may have left capture on.
-        inst.probe.maps().capture(SLOT_NONE, &[])?;
+        inst.probe.maps().stop_capture()?;
         inst.probe.maps().own(0);
         let mut poller = Poller::default();
         // serve reads the symbols again itself (KsymsCache).

@@ -193,7 +193,12 @@ fn capture_on_not_found_samples_only_calls_without_a_caller() {
     let p = selftest::load(&mut storage, &config);
     p.maps().add_site(site, 2).unwrap();
     p.maps().refill_every(u64::MAX).unwrap();
-    p.maps().capture(SLOT_NOT_FOUND, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: SLOT_NOT_FOUND,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
     let rb = sample_ring(&map, &samples);
@@ -240,7 +245,12 @@ fn captured_by_ranges(loop_helper: bool) {
         })
         .collect();
     assert!(ranges[MAX_STACK_RANGES - 1].0 < in_last && in_last < ranges[MAX_STACK_RANGES - 1].1);
-    p.maps().capture(R, &ranges).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: R,
+            callers: ranges.clone(),
+        }])
+        .unwrap();
     let samples = RefCell::new(Vec::<(u64, u32)>::new());
     let map = p.maps().samples().unwrap();
     let rb = sample_ring(&map, &samples);
@@ -330,7 +340,12 @@ fn the_background_sampler_takes_a_bursts_first_calls_per_reason() {
     // Capture on A: A's calls are the capture's, B's still the sampler's
     // (its bucket is empty by now: the flag is cleared, nothing sent).
     p.maps().refill_every(u64::MAX).unwrap();
-    p.maps().capture(A, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: A,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     p.maps().flag_sites(&[], true);
     for _ in 0..5 {
         p.test_count_on(site_a, 0);
@@ -389,7 +404,12 @@ fn capture_leaves_the_common_path_to_other_reasons() {
     p.maps().add_site(site_a, A).unwrap();
     p.maps().add_site(site_b, B).unwrap();
     p.maps().refill_every(u64::MAX).unwrap();
-    p.maps().capture(A, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: A,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     p.maps().add_site(late_a, A).unwrap();
     let cell = |ret, slot| {
         let (c, e) = p.maps().site_cell_ptr(ret, slot);
@@ -413,7 +433,12 @@ fn capture_leaves_the_common_path_to_other_reasons() {
     }
     assert_eq!(ring_now(&p), vec![(A, false); 6]);
     assert_eq!((cell(site_a, A), cell(late_a, A)), (1, 1));
-    p.maps().capture(B, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: B,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     p.test_count(site_a, 1);
     p.test_count(site_b, 2);
     assert_eq!(ring_now(&p), vec![(B, false); 2]);
@@ -444,10 +469,20 @@ fn each_captured_reason_spends_its_own_budget() {
     // A budget is per CPU: the runs are all on CPU 0.
     p.maps().refill(A, 3, 0).unwrap();
     p.maps().refill(B, 5, 0).unwrap();
-    p.maps().capture(A, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: A,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     (0..10).for_each(|_| p.test_count_on(site_a, 0));
     assert_eq!(ring_now(&p), vec![(A, false); 3]);
-    p.maps().capture(B, &[]).unwrap();
+    p.maps()
+        .capture_set(&[Captured {
+            slot: B,
+            callers: Vec::new(),
+        }])
+        .unwrap();
     (0..10).for_each(|_| p.test_count_on(site_b, 0));
     assert_eq!(ring_now(&p), vec![(B, false); 5]);
     let gates = p.maps().reason_stacks(A..=B).unwrap();

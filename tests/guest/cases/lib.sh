@@ -290,6 +290,27 @@ wait_exit() {
 	wait "$1"
 }
 
+# td_sleeps S MS TARGET [TOPDOWN ARGS...]: one topdown run on TARGET, -p a "sleeps S MS"
+# process (its output in $TD_TMP/w.out), around its S nanosleep calls; td_stop's
+# TD_RC and TD_SUMMARY are set. sleeps blocks opening a FIFO until topdown counts
+# (one switch), not spinning, so that its calls do not depend on how busy the host
+# is while topdown starts (spinning, it was preempted 86 times in one run and 226 in
+# the next, which a baseline took for a fix).
+td_sleeps() {
+	_s=$1 _ms=$2 _target=$3
+	shift 3
+	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
+	mkfifo "$TD_TMP/go" || fail "mkfifo failed"
+	sleeps "$_s" "$_ms" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
+	_w=$!
+	wait_line "$TD_TMP/w.out" "sleeps: ready"
+	td_start "$_target" -p $_w "$@"
+	td_ready
+	: >"$TD_TMP/go"
+	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
+	td_stop INT
+}
+
 # td_ready: wait until the topdown of td_start is past start-up. It counts from attach
 # ("Ctrl-C to end", with the kernel's symbols read), but resolves no call site until its
 # loop runs: the first calls are pending until then. Its first interval line (--json,

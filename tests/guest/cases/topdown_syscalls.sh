@@ -31,16 +31,7 @@ S=40
 run_sleeps() {
 	_ev=$1
 	shift
-	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
-	mkfifo "$TD_TMP/go" || fail "mkfifo failed"
-	sleeps $S 5 "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
-	_w=$!
-	wait_line "$TD_TMP/w.out" "sleeps: ready"
-	td_start "${TP:-t}:syscalls:$_ev" -p $_w "$@"
-	td_ready
-	: >"$TD_TMP/go"
-	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
-	td_stop INT
+	td_sleeps $S 5 "${TP:-t}:syscalls:$_ev" "$@"
 	expect_eq "$_ev $*: exit status" "$TD_RC" 0
 	expect_eq "$_ev $*: caller not found" "$(summary_num caller_not_found)" 0
 }

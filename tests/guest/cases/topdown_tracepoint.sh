@@ -101,20 +101,7 @@ switches() {
 # run_sleeps [TOPDOWN ARGS...]: one topdown run on sched_switch, -p the sleeps
 # process, around "sleeps S MS" (MS: 5 unless set).
 run_sleeps() {
-	rm -f "$TD_TMP/go" "$TD_TMP/w.out"
-	# A FIFO: sleeps blocks opening it (one switch), not spinning, so its calls
-	# do not depend on how busy the host is while topdown starts (spinning, it
-	# was preempted 86 times in one run and 226 in the next, which a baseline
-	# took for a fix).
-	mkfifo "$TD_TMP/go" || fail "mkfifo failed"
-	sleeps $S "${MS:-5}" "$TD_TMP/go" >"$TD_TMP/w.out" 2>&1 &
-	_w=$!
-	wait_line "$TD_TMP/w.out" "sleeps: ready"
-	td_start "${TP:-t}:sched:sched_switch" -p $_w "$@"
-	td_ready
-	: >"$TD_TMP/go"
-	wait $_w || { cat "$TD_TMP/w.out"; fail "sleeps failed"; }
-	td_stop INT
+	td_sleeps $S "${MS:-5}" "${TP:-t}:sched:sched_switch" "$@"
 	switches
 	[ -n "${TD_BASE:-}" ] || expect_eq "sched_switch $*: exit status" "$TD_RC" 0
 	expect_eq "sched_switch $*: caller not found" "$(summary_num caller_not_found)" 0
