@@ -42,6 +42,8 @@ pub(crate) struct Symbols {
     /// uprobe found: the file, and its lowest executable address (see
     /// caller_in_program); None if not found.
     programs: HashMap<(u32, u64), Option<(u64, PathBuf)>>,
+    /// ELF files' loadable segments, by path (see place).
+    segments: HashMap<PathBuf, Vec<user::Segment>>,
     /// Say why symbolization failed (--verbose).
     verbose: bool,
 }
@@ -83,6 +85,24 @@ fn kernel_offset(ksyms: &Kallsyms, probe: u64, name: &str, blazed: u64) -> u64 {
 fn file_frame(file: &Path, off: u64) -> String {
     let name = file.file_name().unwrap_or(file.as_os_str());
     format!("{}+{off:#x}", name.to_string_lossy())
+}
+
+/// The loadable segments of the ELF file `path`, read once into `cache`.
+fn segments_of<'a>(
+    cache: &'a mut HashMap<PathBuf, Vec<user::Segment>>,
+    path: &Path,
+) -> &'a [user::Segment] {
+    cache
+        .entry(path.to_path_buf())
+        .or_insert_with(|| user::segments(path))
+}
+
+/// A frame with no symbol, by its file and virtual address (what
+/// addr2line -e FILE and objdump take), from its file offset `off`; by the
+/// offset where no segment holds it.
+fn place(cache: &mut HashMap<PathBuf, Vec<user::Segment>>, file: &Path, off: u64) -> String {
+    let vaddr = user::vaddr_of(segments_of(cache, file), off).unwrap_or(off);
+    file_frame(file, vaddr)
 }
 
 /// How far before a user frame's address it is looked up: a return
@@ -128,6 +148,7 @@ impl Symbols {
             known_comms: HashSet::new(),
             target: None,
             programs: HashMap::new(),
+            segments: HashMap::new(),
             cached_pids: HashSet::new(),
             verbose,
         }
@@ -218,26 +239,23 @@ impl Symbols {
         self.target = Some((path.to_path_buf(), func));
     }
 
-    /// The function a return address `ret` lies in, and its frame, for a
-    /// process gone before its maps were read: FUNC was at `func_at`
-    /// there, so the target file was mapped `func_at - FUNC` from its own
-    /// addresses. A caller in another file (a program calling a library's
-    /// FUNC) is outside the file's symbols: None. Name and frame come from
-    /// one lookup at `ret` - 1, in the call, as a live process's return
-    /// addresses are named (see user_addrs).
-    fn caller_in_target(&mut self, ret: u64, func_at: u64) -> Option<(String, Vec<String>)> {
+    /// Where return address `ret` of a process gone before its maps were
+    /// read is in the target file, and the virtual address there: FUNC was
+    /// at `func_at` there, so the file was mapped `func_at - FUNC` from its
+    /// own addresses. (A caller in another file is outside the file's
+    /// symbols: elf_caller finds none.)
+    fn in_target(&self, ret: u64, func_at: u64) -> Option<(PathBuf, u64)> {
         let (path, func) = self.target.clone()?;
-        let vaddr = ret.checked_sub(func_at.checked_sub(func)?)?;
-        self.elf_caller(&path, vaddr)
+        Some((path, ret.checked_sub(func_at.checked_sub(func)?)?))
     }
 
-    /// The function a return address `ret` lies in, and its frame, for a
-    /// process gone before its maps were read, where `ret` is in its
-    /// program's own text (a program calling a library's FUNC): the
-    /// program's file is found by name (among the files topdown has met,
-    /// then along PATH) and inode, and `ret` is as far from its lowest
-    /// executable segment as from the process's start_code.
-    fn caller_in_program(&mut self, ret: u64, code: &ProcessCode) -> Option<(String, Vec<String>)> {
+    /// Where return address `ret` of a process gone before its maps were
+    /// read is, in its program's own text (a program calling a library's
+    /// FUNC): the program's file, found by name (among the files topdown
+    /// has met, then along PATH) and inode, and the virtual address there,
+    /// as far from its lowest executable segment as `ret` is from the
+    /// process's start_code.
+    fn in_program(&mut self, ret: u64, code: &ProcessCode) -> Option<(PathBuf, u64)> {
         if !(code.start_code..code.end_code).contains(&ret) || code.exe_name.is_empty() {
             return None;
         }
@@ -248,11 +266,16 @@ impl Symbols {
                 self.files.note_command(&code.exe_name, &path);
                 self.files.find(&code.exe_name, code.exe_ino)
             });
-            let found = found.and_then(|p| Some((user::lowest_exec_vaddr(&p)?, p)));
+            let found = found.and_then(|p| Some((user::lowest_exec_vaddr(self.segments(&p))?, p)));
             self.programs.insert(key, found);
         }
         let (lowest, path) = self.programs.get(&key)?.clone()?;
-        self.elf_caller(&path, ret.checked_sub(code.start_code)? + lowest)
+        Some((path, ret.checked_sub(code.start_code)? + lowest))
+    }
+
+    /// The loadable segments of the ELF file `path`, read once.
+    fn segments(&mut self, path: &Path) -> &[user::Segment] {
+        segments_of(&mut self.segments, path)
     }
 
     /// The function a return address lies in, at virtual address `vaddr`
@@ -419,7 +442,7 @@ impl Symbols {
                 let f = match (res.get(i), &path) {
                     (Some(Symbolized::Sym(s)), _) => frames(s, s.offset as u64 + back(ip)),
                     _ if off >= size => vec![crate::reasons::UNKNOWN_NAME.to_string()],
-                    (_, Some(p)) => vec![file_frame(p, off)],
+                    (_, Some(p)) => vec![place(&mut self.segments, p, off)],
                     (_, None) => vec![format!("[build-id:{}]+{off:#x}", build_ids::hex(&id))],
                 };
                 self.fcache.insert((id, off, ip), f);
@@ -465,9 +488,13 @@ impl Symbols {
                 }
             }
             for (i, a) in missing.iter().enumerate() {
-                let f = match (res.get(i), self.files.locate(pid, *a)) {
+                let located = self
+                    .files
+                    .locate(pid, *a)
+                    .map(|(f, o)| (f.to_path_buf(), o));
+                let f = match (res.get(i), located) {
                     (Some(Symbolized::Sym(s)), _) => frames(s, s.offset as u64 + back(is_ip)),
-                    (_, Some((file, off))) => vec![file_frame(file, off)],
+                    (_, Some((file, off))) => vec![place(&mut self.segments, &file, off)],
                     (_, None) => vec![crate::reasons::UNKNOWN_NAME.to_string()],
                 };
                 self.ucache.insert((pid, *a, is_ip), f);
@@ -497,12 +524,37 @@ impl SourceLookup for Symbols {
         if name.is_some() {
             return name;
         }
-        let code = code()?;
-        let (name, frame) = self
-            .caller_in_target(ret, code.func_at)
-            .or_else(|| self.caller_in_program(ret, &code))?;
-        self.ucache.insert((pid, ret, false), frame);
-        Some(name)
+        // Gone before its maps were read: where the uprobe saw its code.
+        let code = code();
+        let places: Vec<(PathBuf, u64)> = code
+            .iter()
+            .flat_map(|c| [self.in_target(ret, c.func_at), self.in_program(ret, c)])
+            .flatten()
+            .collect();
+        for (path, vaddr) in &places {
+            if let Some((name, frame)) = self.elf_caller(path, *vaddr) {
+                self.ucache.insert((pid, ret, false), frame);
+                return Some(name);
+            }
+        }
+        // No symbol (a stripped program's static function): the call site
+        // by its file and place, a reason of its own, never one [unknown].
+        let place = match self.files.locate(pid, ret) {
+            Some((file, off)) => {
+                let file = file.to_path_buf();
+                Some(place(&mut self.segments, &file, off))
+            }
+            None => places
+                .iter()
+                .find(|(path, vaddr)| {
+                    let segs = self.segments(path);
+                    segs.iter()
+                        .any(|s| (s.vaddr..s.vaddr + s.filesz).contains(vaddr))
+                })
+                .map(|(path, vaddr)| file_frame(path, *vaddr)),
+        }?;
+        self.ucache.insert((pid, ret, false), vec![place.clone()]);
+        Some(place)
     }
 
     /// The kernel address's place in the source: only a vmlinux with DWARF
@@ -603,7 +655,7 @@ mod tests {
         let func = inspector.lookup(&src, &["td_build_id_probe"]).unwrap()[0][0].addr;
         // This process's load bias, and where the kernel's start_code is.
         let bias = td_build_id_probe as *const () as usize as u64 - func;
-        let start_code = bias + user::lowest_exec_vaddr(&exe).unwrap();
+        let start_code = bias + user::lowest_exec_vaddr(&user::segments(&exe)).unwrap();
         let ret = td_site_caller as *const () as usize as u64 + 4;
         let code = ProcessCode {
             // FUNC's file is another (a library): not this one.

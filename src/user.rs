@@ -222,24 +222,65 @@ impl<'a> Elf64<'a> {
     }
 }
 
-/// The lowest virtual address of an executable segment (PT_LOAD with
-/// PF_X) of the ELF file `path`: where the kernel's mm->start_code puts
-/// it, moved by the load bias (load_elf_binary).
-pub(crate) fn lowest_exec_vaddr(path: &Path) -> Option<u64> {
+/// A loadable segment of an ELF file: where it is in the file, at which
+/// virtual address it is loaded, how many bytes of the file, executable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) offset: u64,
+    pub(crate) vaddr: u64,
+    pub(crate) filesz: u64,
+    pub(crate) exec: bool,
+}
+
+/// The loadable segments (PT_LOAD) of the ELF file `path`; empty if it is
+/// no 64-bit little-endian ELF file or cannot be read.
+pub(crate) fn segments(path: &Path) -> Vec<Segment> {
     const PT_LOAD: u32 = 1;
     const PF_X: u32 = 1;
     let mut head = vec![0u8; 64 * 1024];
-    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
-    let e = Elf64::new(&head[..n])?;
-    let phoff = usize::try_from(e.u64_at(0x20)?).ok()?;
-    let (phentsize, phnum) = (usize::from(e.u16_at(0x36)?), usize::from(e.u16_at(0x38)?));
-    (0..phnum)
-        .filter_map(|i| {
+    let Some(n) = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .ok()
+    else {
+        return Vec::new();
+    };
+    let Some(e) = Elf64::new(&head[..n]) else {
+        return Vec::new();
+    };
+    let table = || -> Option<Vec<Segment>> {
+        let phoff = usize::try_from(e.u64_at(0x20)?).ok()?;
+        let (phentsize, phnum) = (usize::from(e.u16_at(0x36)?), usize::from(e.u16_at(0x38)?));
+        let mut out = Vec::new();
+        for i in 0..phnum {
             let h = phoff.checked_add(i.checked_mul(phentsize)?)?;
-            let exec = e.u32_at(h)? == PT_LOAD && e.u32_at(h + 4)? & PF_X != 0;
-            exec.then(|| e.u64_at(h + 0x10)).flatten()
-        })
-        .min()
+            if e.u32_at(h)? == PT_LOAD {
+                out.push(Segment {
+                    offset: e.u64_at(h + 0x08)?,
+                    vaddr: e.u64_at(h + 0x10)?,
+                    filesz: e.u64_at(h + 0x20)?,
+                    exec: e.u32_at(h + 4)? & PF_X != 0,
+                });
+            }
+        }
+        Some(out)
+    };
+    table().unwrap_or_default()
+}
+
+/// The lowest virtual address of an executable segment: where the
+/// kernel's mm->start_code puts it, moved by the load bias
+/// (load_elf_binary).
+pub(crate) fn lowest_exec_vaddr(segments: &[Segment]) -> Option<u64> {
+    segments.iter().filter(|s| s.exec).map(|s| s.vaddr).min()
+}
+
+/// The virtual address (what addr2line and objdump take) of file offset
+/// `off`, through the segment that holds it; None outside them all.
+pub(crate) fn vaddr_of(segments: &[Segment], off: u64) -> Option<u64> {
+    let s = segments
+        .iter()
+        .find(|s| (s.offset..s.offset.saturating_add(s.filesz)).contains(&off))?;
+    Some(off - s.offset + s.vaddr)
 }
 
 /// The section names of a 64-bit little-endian ELF file; None if it is no

@@ -365,6 +365,95 @@ fn short_lived_processes_calling_a_library_function_keep_their_callers() {
     assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
 }
 
+/// Runs `tool ARGS` in `dir`, which must succeed; its standard output.
+fn tool(dir: &Path, tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{tool} {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A program as distributions ship it: stripped to its dynamic symbols
+/// (its callers, not exported, have no name in it), its debug information
+/// split off into a file it names (.gnu_debuglink). Without that file each
+/// call site is a reason of its own, FILE+0xVADDR (the address addr2line
+/// takes: the unstripped program's addr2line names the right caller at
+/// each, with its exact count); with it beside the program, or under the
+/// build-ID path /usr/lib/debug/.build-id/xx/rest.debug, every caller is
+/// named.
+#[test]
+fn a_stripped_programs_callers_are_located_then_named_from_its_debug_file() {
+    need_uprobes!();
+    let b = Built::new("split");
+    let dir = b.dir.clone();
+    std::fs::copy(dir.join("ucallers"), dir.join("ucallers.full")).unwrap();
+    tool(
+        &dir,
+        "objcopy",
+        &["--only-keep-debug", "ucallers", "ucallers.debug"],
+    );
+    tool(&dir, "strip", &["--strip-all", "ucallers"]);
+    tool(
+        &dir,
+        "objcopy",
+        &["--add-gnu-debuglink=ucallers.debug", "ucallers"],
+    );
+    let debug = dir.join("ucallers.debug");
+    let aside = dir.join("aside.debug");
+    std::fs::rename(&debug, &aside).unwrap();
+    let lib = b.path("libucallers.so");
+    let args = ["-x", lib.as_str(), "td_lib_work"];
+
+    // Located: each site by its place, named by the full program's addr2line.
+    let sum = run(&args, vec![b.start([100, 200, 300]).0]);
+    let (rows, total) = counts(&sum);
+    assert_eq!(total, 600, "{sum}");
+    let mut named: Vec<(String, u64)> = rows
+        .iter()
+        .map(|(reason, n)| {
+            let off = reason
+                .strip_prefix("ucallers+0x")
+                .unwrap_or_else(|| panic!("{reason}: {sum}"));
+            let ret = u64::from_str_radix(off, 16).unwrap();
+            let at = format!("{:#x}", ret - 1);
+            let f = tool(&dir, "addr2line", &["-f", "-e", "ucallers.full", &at]);
+            (f.lines().next().unwrap().to_string(), *n)
+        })
+        .collect();
+    named.sort();
+    assert_eq!(named, want([100, 200, 300]), "{sum}");
+
+    // Named: its debug file beside it, as its debug link says.
+    std::fs::rename(&aside, &debug).unwrap();
+    let sum = run(&args, vec![b.start([100, 200, 300]).0]);
+    assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
+
+    // Named: under the build-ID path instead.
+    let notes = tool(&dir, "readelf", &["-n", "ucallers"]);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("a build ID")
+        .to_string();
+    let by_id = Path::new("/usr/lib/debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    let file = by_id.join(format!("{}.debug", &id[2..]));
+    std::fs::rename(&debug, &file).unwrap();
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+            let _ = std::fs::remove_dir(self.0.parent().unwrap());
+        }
+    }
+    let _gone = Remove(file);
+    let sum = run(&args, vec![b.start([100, 200, 300]).0]);
+    assert_eq!(counts(&sum), (want([100, 200, 300]), 600));
+}
+
 #[test]
 fn a_stripped_library_is_searched_through_its_dynamic_symbols() {
     need_uprobes!();

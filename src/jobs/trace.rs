@@ -157,6 +157,13 @@ fn trace_user(t: Trace) -> Result<Status> {
     probe.maps().own(std::process::id());
     probe.attach_uprobes(&user.path, user.offset as usize, &pids, bare)?;
     eprintln!("topdown: tracing {} with a uprobe", user.describe());
+    if std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty()) {
+        eprintln!(
+            "topdown: notice: DEBUGINFOD_URLS is set, but topdown reads local debug files only \
+             (/usr/lib/debug: install the -dbgsym package); callers with no name are shown as \
+             FILE+0xADDRESS"
+        );
+    }
     if let Some(f) = t.filter.describe() {
         eprintln!("topdown: counting only calls {f}");
     }
