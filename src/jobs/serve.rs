@@ -74,6 +74,78 @@ struct Watching<'a> {
     captures: &'a serve::Captures,
     watches: Vec<Watch>,
     said: HashMap<FuncName, String>,
+    notices: Notices,
+}
+
+/// How often serve --capture logs the same change of capture of a
+/// function: a daemon's log, where two reasons near the threshold would
+/// trade capture every few seconds.
+const NOTICE_EVERY: Duration = Duration::from_secs(60);
+
+/// serve --capture's notices of changes of capture: each change at once,
+/// but the same one (the same reason starting, ending or moving from the
+/// same others) again only NOTICE_EVERY later; the repeats held back are
+/// counted in one line a NOTICE_EVERY per function, with what is captured
+/// then.
+#[derive(Default)]
+struct Notices {
+    /// When each change was last printed, by its text without figures.
+    said: HashMap<String, Instant>,
+    /// Per function: repeats held back, since when.
+    held: HashMap<String, (u64, Instant)>,
+}
+
+/// A notice's text without its figures ("ZAP has 91.0% of calls (...)"):
+/// the same change whatever its share.
+fn change_of(line: &str) -> String {
+    match line
+        .find(" has ")
+        .and_then(|i| Some((i, line[i..].find("%): ")?)))
+    {
+        Some((i, j)) => format!("{}{}", &line[..i], &line[i + j + 3..]),
+        None => line.to_string(),
+    }
+}
+
+impl Notices {
+    /// Of a tick's notices `said` of function `func`, those to print now.
+    fn admit(&mut self, func: &str, said: Vec<String>, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        for line in said {
+            let key = change_of(&line);
+            match self.said.get(&key) {
+                Some(at) if now.duration_since(*at) < NOTICE_EVERY => {
+                    self.held.entry(func.to_string()).or_insert((0, now)).0 += 1;
+                }
+                _ => {
+                    self.said.insert(key, now);
+                    out.push(line);
+                }
+            }
+        }
+        out
+    }
+
+    /// The line that sums up function `func`'s repeats held back, once
+    /// NOTICE_EVERY has passed since the first; `captured`: the reasons
+    /// captured now.
+    fn summary(&mut self, func: &str, captured: &[String], now: Instant) -> Option<String> {
+        let &(n, since) = self.held.get(func)?;
+        if now.duration_since(since) < NOTICE_EVERY {
+            return None;
+        }
+        self.held.remove(func);
+        Some(format!(
+            "{func}: stack capture changed {n} more time{} in the last {}s, as logged before; \
+             captured now: {}",
+            if n == 1 { "" } else { "s" },
+            now.duration_since(since).as_secs(),
+            match captured {
+                [] => "none".to_string(),
+                r => r.join(", "),
+            }
+        ))
+    }
 }
 
 /// serve --capture's loop: every pinned function is watched (the trigger
@@ -91,6 +163,7 @@ fn watch_pinned(
         captures,
         watches: Vec::new(),
         said: HashMap::new(),
+        notices: Notices::default(),
     };
     let mut next_scan = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -162,13 +235,18 @@ impl Watching<'_> {
     /// Steps every watch; one that fails stops.
     fn step(&mut self, ksyms: &Kallsyms) {
         let captures = self.captures;
+        let notices = &mut self.notices;
         self.watches.retain_mut(|w| match w.step(ksyms) {
             Ok((got, said)) => {
-                for line in &said {
+                let changed = !said.is_empty();
+                let now = Instant::now();
+                let targets = w.targets();
+                let held = notices.summary(w.func(), &targets, now);
+                for line in notices.admit(w.func(), said, now).iter().chain(&held) {
                     eprintln!("topdown: {line}");
                 }
-                if !said.is_empty() {
-                    captures.switched(w.func(), w.targets());
+                if changed {
+                    captures.switched(w.func(), targets);
                 }
                 captures.add(w.func(), got);
                 if let Some(gates) = w.take_gates() {
@@ -203,4 +281,49 @@ fn start_watch(
     }
     let mapper = pinned_mapper(&inst)?;
     Watch::new(inst, id, lock, mapper, cap.trigger, cap.max_rate, ksyms).map(Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_of_capture_is_logged_at_once_and_its_repeats_once_a_minute() {
+        let mut n = Notices::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let line = |r: &str, share: &str, what: &str| {
+            format!("f: {r} has {share}% of calls (9 in the last 1.0s; threshold 80%): {what}")
+        };
+        let a = line("A", "91.0", "capturing its stacks");
+        let b = line("B", "100.0", "moving stack capture from A");
+        let a_back = line("A", "85.5", "moving stack capture from B");
+        // Each change at once, the first time.
+        for l in [&a, &b, &a_back] {
+            assert_eq!(n.admit("f", vec![l.clone()], at(0)), vec![l.clone()]);
+        }
+        // The same changes again within the minute (other figures): held.
+        let b2 = line("B", "99.0", "moving stack capture from A");
+        assert!(n
+            .admit(
+                "f",
+                vec![b2.clone(), line("A", "88.0", "moving stack capture from B")],
+                at(10)
+            )
+            .is_empty());
+        assert!(n.admit("f", vec![b2.clone()], at(20)).is_empty());
+        // Another function's, or another change: at once.
+        assert_eq!(n.admit("g", vec![a.replace("f:", "g:")], at(20)).len(), 1);
+        let c = line("C", "90.0", "capturing its stacks, beside B's");
+        assert_eq!(n.admit("f", vec![c.clone()], at(30)), vec![c]);
+        // The repeats, summed up a minute after the first was held.
+        assert_eq!(n.summary("f", &["B".into()], at(69)), None);
+        assert_eq!(
+            n.summary("f", &["B".into(), "C".into()], at(70)).as_deref(),
+            Some("f: stack capture changed 3 more times in the last 60s, as logged before; captured now: B, C")
+        );
+        assert_eq!(n.summary("f", &[], at(200)), None);
+        // A minute after it was said, the same change is said again.
+        assert_eq!(n.admit("f", vec![b2.clone()], at(61)), vec![b2]);
+    }
 }
