@@ -350,6 +350,7 @@ fn pinned_strategy() -> impl Strategy<Value = Pinned> {
         .prop_map(
             |(func, mode, profile, kernel, at, rows, total, filter)| Pinned {
                 func,
+                tracepoint: None,
                 mode,
                 profile,
                 kernel,

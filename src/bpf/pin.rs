@@ -40,6 +40,10 @@ pub(crate) struct Meta {
     pub(crate) layout: u32,
     pub(crate) version: String,
     pub(crate) function: String,
+    /// A tracepoint's category (None: a function's; missing from older
+    /// pins: not recorded).
+    #[serde(default)]
+    pub(crate) tracepoint: Option<String>,
     pub(crate) func_addr: u64,
     /// Fentry or kprobe, and why not fentry if not.
     pub(crate) mode: Mode,
@@ -611,6 +615,7 @@ mod tests {
             layout: LAYOUT,
             version: "0.1.0".into(),
             function: "deferred_split_folio".into(),
+            tracepoint: Some("sched".into()),
             func_addr: 0xffffffff81000000,
             mode: Mode::Kprobe,
             fallback: Some("no BTF".into()),

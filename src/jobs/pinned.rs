@@ -67,6 +67,7 @@ fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
         layout: pin::LAYOUT,
         version: env!("CARGO_PKG_VERSION").to_string(),
         function: func.to_string(),
+        tracepoint: p.target.tracepoint.clone(),
         func_addr: k.func_addr,
         mode: started.probe.mode(),
         fallback: started.fallback.clone(),

@@ -418,6 +418,9 @@ impl Summary {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Pinned {
     pub(crate) func: String,
+    /// A tracepoint's category, as recorded at pin time (None: a
+    /// function's, or a pin older than the record).
+    pub(crate) tracepoint: Option<String>,
     pub(crate) mode: Mode,
     /// Where its profile came from (None: one reason per caller).
     pub(crate) profile: Option<String>,

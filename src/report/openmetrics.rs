@@ -360,6 +360,7 @@ mod tests {
         };
         Pinned {
             func: "deferred_split_folio".into(),
+            tracepoint: None,
             mode: Mode::Fentry,
             profile: Some("built-in profile deferred_split_folio".into()),
             kernel: "6.12.0".into(),

@@ -107,8 +107,7 @@ impl Saved {
             topdown: env!("CARGO_PKG_VERSION").into(),
             source: "pinned".into(),
             func: p.func.clone(),
-            // Not recorded at pin time.
-            tracepoint: None,
+            tracepoint: p.tracepoint.clone(),
             kernel: p.kernel.clone(),
             profile: p.profile.clone(),
             reason_names: p

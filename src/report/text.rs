@@ -812,6 +812,7 @@ mod tests {
     fn a_pinned_instance_shows_its_age_and_totals() {
         let p = Pinned {
             func: "f".into(),
+            tracepoint: None,
             mode: Mode::Fentry,
             profile: None,
             kernel: "k".into(),

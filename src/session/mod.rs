@@ -98,6 +98,7 @@ pub(crate) fn snapshot(
     let slot = |s: u32| totals.get(s as usize).copied().unwrap_or(0);
     Ok(Pinned {
         func: meta.function.clone(),
+        tracepoint: meta.tracepoint.clone(),
         mode: meta.mode,
         profile: meta.profile.clone(),
         kernel: meta.kernel.clone(),

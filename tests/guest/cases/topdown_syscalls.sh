@@ -102,6 +102,8 @@ if [ -d /sys/fs/bpf ]; then
 	sleeps $S 5 >"$TD_TMP/w.out" || fail "sleeps failed"
 	topdown show t:syscalls:sys_enter_clock_nanosleep --json >"$TD_TMP/show.json" 2>"$TD_TMP/show.err" ||
 		fail "show: $(cat "$TD_TMP/show.err")"
+	grep -q '"func":"sys_enter_clock_nanosleep","tracepoint":"syscalls"' "$TD_TMP/show.json" ||
+		fail "show: no category: $(cut -c1-200 "$TD_TMP/show.json")"
 	n=$(grep -o '"total":[0-9]*' "$TD_TMP/show.json" | head -1 | cut -d: -f2)
 	[ "${n:-0}" -ge $S ] || fail "pinned: ${n:-0} calls, want >= $S: $(cut -c1-400 "$TD_TMP/show.json")"
 	echo "ok: pinned sys_enter_clock_nanosleep: $n calls (>= $S)"
