@@ -55,7 +55,9 @@ if [ $TD_SPLIT = deferred_split_huge_page ]; then
 	# dropped for the rate.
 	expect_eq "auto: captured + dropped = matched" \
 		$((captured + $(summary_num stacks_rate_capped) + $(summary_num stacks_ringbuf_full))) "$(summary_num stacks_matched)"
-	expect_eq "auto: MUNMAP's calls at the gate" "$(gate_num MUNMAP calls)" "$(summary_num stacks_matched)"
+	# Its calls while captured: those the gate took, and those counted before the
+	# switch reached its call sites (a munmap's, at most, under emulation).
+	expect_eq "auto: MUNMAP's calls at the gate" $(($(gate_num MUNMAP calls) - $(gate_num MUNMAP unseen))) "$(summary_num stacks_matched)"
 	expect_eq "auto: MUNMAP's rate capped" "$(gate_num MUNMAP rate_capped)" "$(summary_num stacks_rate_capped)"
 	echo "$TD_SUMMARY" | grep -q "\"$TD_ZAP_WALK+0x" || fail "auto: no $TD_ZAP_WALK frame"
 	expect_eq "auto: first frames" "$(first_frames)" page_remove_rmap
@@ -122,7 +124,7 @@ captured=$(summary_num stacks_captured)
 expect_eq "auto: captured = sent" "$captured" "$(summary_num stacks_sent)"
 expect_eq "auto: captured = matched" "$captured" "$(summary_num stacks_matched)"
 # The one reason captured: its own gate counts are the run's.
-expect_eq "auto: ZAP's calls at the gate" "$(gate_num ZAP calls)" "$(summary_num stacks_matched)"
+expect_eq "auto: ZAP's calls at the gate" $(($(gate_num ZAP calls) - $(gate_num ZAP unseen))) "$(summary_num stacks_matched)"
 expect_eq "auto: ZAP's stacks shown" "$(gate_num ZAP shown)" "$captured"
 echo "$TD_SUMMARY" | grep -q "\"$TD_ZAP_WALK+0x" || fail "auto: no $TD_ZAP_WALK frame"
 expect_eq "auto: first frames" "$(first_frames)" folio_remove_rmap_ptes
