@@ -40,8 +40,8 @@ pub(crate) struct Symbols {
     target: Option<(PathBuf, u64)>,
     /// Programs of processes already gone, by the device and inode the
     /// uprobe found: the file, and its lowest executable address (see
-    /// caller_in_program); None if not found.
-    programs: HashMap<(u32, u64), Option<(u64, PathBuf)>>,
+    /// in_program). Only those found: one not found yet may be met later.
+    programs: HashMap<(u32, u64), (u64, PathBuf)>,
     /// ELF files' loadable segments, by path (see place).
     segments: HashMap<PathBuf, Vec<user::Segment>>,
     /// Say why symbolization failed (--verbose).
@@ -265,11 +265,11 @@ impl Symbols {
                 let path = std::env::var("PATH").unwrap_or_default();
                 self.files.note_command(&code.exe_name, &path);
                 self.files.find(&code.exe_name, code.exe_ino)
-            });
-            let found = found.and_then(|p| Some((user::lowest_exec_vaddr(self.segments(&p))?, p)));
-            self.programs.insert(key, found);
+            })?;
+            let lowest = user::lowest_exec_vaddr(self.segments(&found))?;
+            self.programs.insert(key, (lowest, found));
         }
-        let (lowest, path) = self.programs.get(&key)?.clone()?;
+        let (lowest, path) = self.programs.get(&key)?.clone();
         Some((path, ret.checked_sub(code.start_code)? + lowest))
     }
 
