@@ -143,6 +143,27 @@ pub(crate) struct LoadConfig {
     /// New sites never take pool slots (td_pool), so that a test reaches
     /// the pending path with its first call.
     pub(crate) no_pool: bool,
+    /// The programs may name new sites themselves (td_kres, where the
+    /// kernel has bpf_loop), with at most this many reasons; None: user
+    /// space names them.
+    pub(crate) resolve: Option<u32>,
+    /// What the programs name new sites with, where it is known before
+    /// load (a pin's): put in before attach, so that they name every site
+    /// from its first call. Else user space puts it in after attaching.
+    pub(crate) names_at_load: Option<NameTables>,
+}
+
+/// The reasons known so far, as the programs name new sites with them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NameTables {
+    /// FUNC's entry: a direct call elsewhere is a tail call.
+    pub(crate) func: u64,
+    /// Tail calls are told apart (user space can read the kernel's text).
+    pub(crate) tail: bool,
+    /// A profile's (caller function, slot) routes.
+    pub(crate) routes: Vec<(String, u32)>,
+    /// (slot, name) of every reason named so far.
+    pub(crate) names: Vec<(u32, String)>,
 }
 
 /// Address ranges of a tracepoint's glue the programs take.
@@ -202,6 +223,13 @@ impl LoadConfig {
         dst.stacks = self.stacks.into();
         dst.fresh = self.fresh.into();
         dst.no_pool = self.no_pool.into();
+        dst.resolve = self.resolve.is_some().into();
+        // A reason takes a slot below max_slot; OTHER then max_slot.
+        dst.max_slot = FIRST_REASON
+            + self
+                .resolve
+                .unwrap_or(0)
+                .min(NR_SLOTS as u32 - FIRST_REASON - 1);
         (dst.bg_every_ns, dst.bg_burst_ns) = match self.stacks {
             true => background_bucket(self.background),
             false => (0, 0),

@@ -142,6 +142,7 @@ fn try_fentry<'obj>(
         .load()
         .map_err(|e| fentry_refusal(&Error::bpf("load", e), func))?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
+    probe::set_names(&skel, config).map_err(|e| e.to_string())?;
     let which = probe::Counting::of(config, host);
     ready();
     let link = probe::counting(&skel, Some(Mode::Fentry), which)
@@ -231,6 +232,7 @@ fn try_kprobe<'obj>(
         }
     })?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
+    probe::set_names(&skel, config).map_err(|e| e.to_string())?;
     let which = probe::Counting::of(config, host);
     ready();
     let link = probe::counting(&skel, Some(Mode::Kprobe), which)
@@ -333,6 +335,7 @@ fn try_tp<'obj>(
         }
     })?;
     probe::set_filter(&skel, &config.filter).map_err(|e| e.to_string())?;
+    probe::set_names(&skel, config).map_err(|e| e.to_string())?;
     let which = probe::Counting::of(config, host);
     let prog = probe::counting(&skel, Some(mode), which);
     let link = match mode {

@@ -355,6 +355,28 @@ impl Control {
         }
     }
 
+    /// Lets the programs name new sites themselves (td_kres): FUNC's entry,
+    /// the first slot they may take, whether they tell tail calls apart,
+    /// then the flag they read first.
+    pub(crate) fn start_resolving(&self, func: u64, tail: bool, next: u32) {
+        // SAFETY: fields of the .bss mapping, alive as long as self; plain
+        // integers the BPF side reads only once `ready` is set, and the
+        // release store below orders these writes before it.
+        unsafe {
+            let k = std::ptr::addr_of_mut!((*self.bss.ptr).kres);
+            u64_at(std::ptr::addr_of_mut!((*k).func)).store(func, SeqCst);
+            u32_at(std::ptr::addr_of_mut!((*k).next)).store(next, SeqCst);
+            u32_at(std::ptr::addr_of_mut!((*k).tail)).store(tail.into(), SeqCst);
+            u32_at(std::ptr::addr_of_mut!((*k).ready)).store(1, SeqCst);
+        }
+    }
+
+    /// Whether the programs name new sites themselves (start_resolving).
+    pub(crate) fn resolving(&self) -> bool {
+        // SAFETY: as in start_resolving.
+        unsafe { u32_at(std::ptr::addr_of_mut!((*self.bss.ptr).kres.ready)) }.load(SeqCst) != 0
+    }
+
     /// Puts a resolved site into the direct-mapped cache the BPF side reads
     /// first, unless its entry is taken (the hash then serves it). One
     /// 8-byte store: the BPF side never sees half an entry.

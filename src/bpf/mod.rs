@@ -28,7 +28,7 @@ mod tests;
 
 /// What the rest of the program hands the kernel side, as plain data: the
 /// settings a counting program is loaded with and the filters in them.
-pub(crate) use abi::{Filters, LoadConfig};
+pub(crate) use abi::{Filters, LoadConfig, NameTables};
 
 /// The capacities of the kernel side's tables, which what the user gives is
 /// checked against before anything is loaded.

@@ -401,6 +401,24 @@ pub(crate) fn set_filter(skel: &TopdownSkel<'_>, filter: &abi::Filters) -> Resul
     Ok(())
 }
 
+/// Where the reasons are known before attaching (a pin's): their names
+/// and routes go in, and the programs name new sites from the first call.
+pub(crate) fn set_names(skel: &TopdownSkel<'_>, config: &abi::LoadConfig) -> Result<()> {
+    use crate::reasons::NameTable;
+    let Some(t) = config
+        .names_at_load
+        .as_ref()
+        .filter(|_| config.resolve.is_some())
+    else {
+        return Ok(());
+    };
+    let maps = Maps::of_skel(skel)?;
+    for (slot, name) in &t.names {
+        maps.claim_name(*slot, name)?;
+    }
+    maps.start_resolving(t.func, t.tail, &t.routes)
+}
+
 /// Which counting program of a mode a load uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counting {

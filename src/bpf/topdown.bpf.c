@@ -45,6 +45,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #include "common.bpf.h"
 #include "caller.bpf.h"
+#include "resolve.bpf.h"
 #include "deep.bpf.h"
 #include "capture.bpf.h"
 #include "filters.bpf.h"
@@ -138,6 +139,11 @@ static __always_inline __u32 count_uncached(void *ctx, struct td_counts *c, __u6
 		dc = deep_caller(ret);
 		if (dc >= 0)
 			r = deep_reason(ctx, ret, dc, kind, loops);
+		else if (loops && cfg.resolve && kind != TD_SELFTEST)
+			r = resolve_site(ret, kind);
+	} else if (loops && cfg.resolve && kind != TD_SELFTEST) {
+		/* Named here where the kernel can (bpf_loop and bpf_snprintf). */
+		r = resolve_site(ret, kind);
 	}
 	if (r != TD_SLOT_NONE) {
 		c->n[r & (TD_NR_SLOTS - 1)]++;

@@ -13,7 +13,7 @@ enum td_abi {
 	 * The layout of the maps a pinned instance keeps (and its meta): bump
 	 * it on any change a reader of an older pin would misread.
 	 */
-	TD_LAYOUT_VERSION = 12,
+	TD_LAYOUT_VERSION = 13,
 	TD_NR_SLOTS = 256,		/* reason slots; a power of two */
 	/*
 	 * Pool slots, after the reason slots in td_counts.n: a new site's
@@ -99,6 +99,8 @@ enum td_abi {
 	TD_MAX_GLUE = 8,
 	TD_TP_FRAMES = 12,
 	TD_TP_SCAN = 64,		/* a power of two */
+	TD_MAX_ROUTES = 1024,		/* a profile's caller routes (td_kres) */
+	TD_BY_NAME = 1024,		/* reason names and callers merged into OTHER */
 };
 
 /* No process: what an exited process of the pid filter becomes. */
@@ -136,6 +138,12 @@ enum td_stat {
 	 * compared (see tp_quick_frames; a difference is a mismatch).
 	 */
 	TD_STAT_VERIFY_FRAMES,
+	/*
+	 * New sites the programs named themselves (td_kres), and those they
+	 * left to user space (a name they could not print or store).
+	 */
+	TD_STAT_RESOLVED,
+	TD_STAT_RESOLVE_DECLINED,
 	TD_NR_STATS,
 };
 
@@ -307,6 +315,13 @@ struct td_config {
 	__u8 no_pool;
 	/* enum td_syscall_filter: only calls of system call syscall_nr count */
 	__u8 filter_syscall;
+	/*
+	 * New sites are named by the program itself (td_kres; needs bpf_loop
+	 * and bpf_snprintf): a new reason takes a slot below max_slot, OTHER
+	 * then max_slot.
+	 */
+	__u8 resolve;
+	__u32 max_slot;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;
@@ -449,6 +464,21 @@ struct td_watch {
  */
 struct td_name {
 	char s[TD_NAME_LEN];
+};
+
+/*
+ * In-kernel resolution (resolve.bpf.h), in .bss: FUNC's entry, the next
+ * reason slot a new name may take, and whether tail calls are told apart. User space sets `ready` last, once the
+ * routes and the names it holds are in the maps; until then new sites are
+ * counted by address, as on kernels without it.
+ */
+struct td_kres {
+	__u64 func;
+	__u32 ready;
+	__u32 next;
+	/* Tail calls are told apart (as user space does where it reads kcore). */
+	__u32 tail;
+	__u32 pad;
 };
 
 struct td_meta {

@@ -35,7 +35,15 @@ pub fn pin(p: Pin) -> Result<()> {
             "{func} is already pinned (see topdown show {func}); unpin it first with topdown unpin {func}"
         )));
     }
-    let (meta, dir) = pin_target(&p, None)?;
+    let (meta, dir, named_in_kernel) = pin_target(&p, None)?;
+    if !named_in_kernel {
+        eprintln!(
+            "topdown: {func}: calls from call sites first seen from now on are named when a topdown \
+             reads the pin (show, serve, a live run): the kernel names them itself from Linux 5.17 \
+             (bpf_loop), and this is {}",
+            host::kernel_release().unwrap_or_else(|| "older".into())
+        );
+    }
     eprintln!(
         "topdown: pinned {} at {}; read it with topdown show {func} or topdown {func}",
         mode_line(func, meta.mode, meta.fallback.as_deref()),
@@ -46,7 +54,8 @@ pub fn pin(p: Pin) -> Result<()> {
 
 /// Attaches tier 1 for `p` and pins it; with `synced` (pin --sync), as
 /// that declaration's instance, in place of the one pinned, if any.
-fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
+/// Also says whether the programs name new call sites themselves.
+fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf, bool)> {
     let func = &p.target.func;
     let mut storage = Storage::default();
     // Capture can be steered by any later reader; calls of no process are
@@ -90,8 +99,9 @@ fn pin_target(p: &Pin, synced: Option<pin::Synced>) -> Result<(Meta, PathBuf)> {
             .map_or(0.0, |d| d.as_secs_f64()),
         synced,
     };
+    let named_in_kernel = started.probe.maps().resolves_in_kernel();
     let dir = pin::pin(&mut started.probe, func, &meta, replace)?;
-    Ok((meta, dir))
+    Ok((meta, dir, named_in_kernel))
 }
 
 /// The mapping a pinned instance was made with, agreed with its names map.
@@ -221,7 +231,7 @@ fn sync_one(d: &Declared) -> Result<Option<String>> {
     let args = ["topdown", "pin"].into_iter().map(String::from);
     let cli = Cli::try_parse_from(args.chain(d.args.iter().cloned()))
         .map_err(|e| Error::msg(e.to_string()))?;
-    let (meta, _) = match Plan::from_cli(&cli)?.job {
+    let (meta, _, _) = match Plan::from_cli(&cli)?.job {
         Job::Pin(p) => pin_target(&p, Some(want))?,
         _ => return Err(Error::msg("not a pin")),
     };

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::bpf::attach::{self, Storage};
 use crate::bpf::probe::{self, Companion, Mode, Probe};
-use crate::bpf::{limits::MAX_GLUE, Filters, LoadConfig};
+use crate::bpf::{limits::MAX_GLUE, Filters, LoadConfig, NameTables};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::host;
@@ -115,8 +115,9 @@ fn syscall_of(target: &Target) -> Result<Option<Syscall>> {
 /// loaded: arm64 unwinds compare frames with the function's kallsyms
 /// address, as do programs on a kernel without bpf_get_func_ip, a
 /// --stack-on name that is no reason must be checked against
-/// kernel functions before anything is attached, and `rules_at_load` asks
-/// for the deeper-frame rules at load. Otherwise /proc/kallsyms (the
+/// kernel functions before anything is attached, and `rules_at_load` (a
+/// pin) asks for the deeper-frame rules and the reasons' names at load.
+/// Otherwise /proc/kallsyms (the
 /// longest step of start-up: the kernel formats every symbol) is read
 /// while the program loads, and the rules are filled in right after it
 /// attaches: calls in between are counted with the frames the rules look
@@ -136,8 +137,17 @@ fn symbols_before_load(
     target.tracepoint.is_some()
         || cfg!(target_arch = "aarch64")
         || !host.func_ip_helper
-        || (rules_at_load && deep_depth(target) > 0)
+        // A pin: its rules and names go in before it attaches, so that no
+        // call is counted before it can be named with nobody reading.
+        || rules_at_load
         || function_named
+}
+
+/// Whether the programs may name new sites themselves: where the kernel
+/// has bpf_loop (and so bpf_snprintf), and no site is checked against an
+/// unwind (--verify-caller reports user space's verdicts on each).
+fn names_in_kernel(features: &host::Features, extra: &Extra) -> bool {
+    features.loop_helper && !extra.verify_caller
 }
 
 /// The deepest frame a deeper-frame rule of the target's profile looks
@@ -202,6 +212,22 @@ pub(super) fn start<'obj>(
             glue: early.as_ref().map_or(Vec::new(), |k| k.glue.clone()),
             fresh: extra.fresh,
             no_pool: false,
+            resolve: names_in_kernel(&features, &extra).then_some(max_reasons as u32),
+            names_at_load: early
+                .as_ref()
+                .filter(|k| k.mapper.kernel_can_name(k.vmlinux.is_some()))
+                .map(|k| NameTables {
+                    func: k.func_addr,
+                    tail: target.tracepoint.is_none()
+                        && crate::tailcall::TailCalls::open(k.func_addr).is_ok(),
+                    routes: k.mapper.route_slots(),
+                    names: k
+                        .mapper
+                        .reasons
+                        .named()
+                        .map(|(s, n)| (s, n.to_string()))
+                        .collect(),
+                }),
         };
         let func = target.func.as_str();
         let a = attach::attach(
@@ -242,6 +268,16 @@ pub(super) fn start<'obj>(
             kernel.mapper.tail = tail_calls(kernel.func_addr);
         }
         kernel.mapper.sync(a.probe.maps())?;
+        // The programs name new sites from now on, where they can and the
+        // reasons were not in before attaching.
+        let maps = a.probe.maps();
+        if config.resolve.is_some()
+            && kernel.mapper.kernel_can_name(kernel.vmlinux.is_some())
+            && !maps.resolves_in_kernel()
+        {
+            let tail = kernel.mapper.tail.is_some();
+            maps.start_resolving(kernel.func_addr, tail, &kernel.mapper.route_slots())?;
+        }
         a.probe.maps().own(0);
         Ok(Started {
             probe: a.probe,
@@ -275,6 +311,8 @@ pub(super) fn start_user<'obj>(
         glue: Vec::new(),
         fresh: false,
         no_pool: false,
+        resolve: None,
+        names_at_load: None,
     };
     let features = host::Features::probe();
     let bare = t.companion == Some(Companion::Bare);

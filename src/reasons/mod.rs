@@ -161,6 +161,11 @@ impl Reasons {
         &self.merged
     }
 
+    /// OTHER's slot, once it has one.
+    pub(crate) fn other(&self) -> Option<u32> {
+        self.other
+    }
+
     pub(crate) fn is_special(slot: u32) -> bool {
         slot < FIRST_REASON
     }
@@ -236,6 +241,9 @@ pub(crate) enum Claim {
     Ours,
     /// Another process named the slot first.
     Taken(String),
+    /// The name has this other slot (given by the programs or another
+    /// process first); the slot asked for was given back.
+    Elsewhere(u32),
 }
 
 /// The table of reason names that the processes reading one BPF object
@@ -245,6 +253,8 @@ pub(crate) trait NameTable {
     fn names(&self) -> Result<Vec<(u32, String)>>;
     /// Records `name` for `slot` unless another process named it first.
     fn claim_name(&self, slot: u32, name: &str) -> Result<Claim>;
+    /// The callers the programs merged into reason `slot` (OTHER), by name.
+    fn merged_into(&self, slot: u32) -> Result<Vec<String>>;
 }
 
 /// Maps call sites to reason slots: through the profile's caller table
@@ -267,6 +277,8 @@ pub(crate) struct Mapper {
     /// new site (every bpf() call of a poll is a call topdown makes while
     /// its own calls take the counting program's slow path).
     claimed: HashSet<(u32, String)>,
+    /// OTHER's count when the callers merged into it were last read.
+    other_read: u64,
 }
 
 impl Mapper {
@@ -279,6 +291,7 @@ impl Mapper {
             deep: Deep::default(),
             tail: None,
             claimed: HashSet::new(),
+            other_read: 0,
         }
     }
 
@@ -351,6 +364,11 @@ impl Mapper {
                     self.reasons.adopt(slot, &other);
                     slot = self.reasons.slot(name);
                 }
+                Claim::Elsewhere(other) => {
+                    self.reasons.adopt(other, name);
+                    self.claimed.insert((other, key.1));
+                    return Ok(other);
+                }
             }
         }
     }
@@ -361,11 +379,16 @@ impl Mapper {
         let named: Vec<u32> = self.reasons.named().map(|(s, _)| s).collect();
         for s in named {
             let name = self.reasons.name(s).to_string();
-            if let Claim::Taken(other) = maps.claim_name(s, &name)? {
-                return Err(Error::msg(format!(
-                    "reason slot {s} is {other} in the names map, not {name}: \
-                     the instance was made with another profile"
-                )));
+            match maps.claim_name(s, &name)? {
+                Claim::Ours => {}
+                Claim::Taken(other) => {
+                    return Err(Error::msg(format!(
+                        "reason slot {s} is {other} in the names map, not {name}: \
+                         the instance was made with another profile"
+                    )))
+                }
+                // Named by the programs first: theirs is the name's slot.
+                Claim::Elsewhere(other) => self.reasons.adopt(other, &name),
             }
         }
         for (s, name) in maps.names()? {
@@ -383,6 +406,51 @@ impl Mapper {
             .collect();
         v.sort();
         v
+    }
+
+    /// `(caller, slot)` of every caller routed by name: what the programs
+    /// route new sites by where they name them (td_kres).
+    pub(crate) fn route_slots(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = self
+            .by_caller
+            .iter()
+            .map(|(c, &s)| (c.clone(), s))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Whether the programs can name new sites as this mapping would: not
+    /// where a route goes by debug info (`debug_info`: a debug vmlinux is
+    /// read), which only user space reads. Without one those routes never
+    /// match, in user space either.
+    pub(crate) fn kernel_can_name(&self, debug_info: bool) -> bool {
+        !(debug_info && self.needs_source())
+    }
+
+    /// Adopts the names the programs (or another reader) gave slots this
+    /// table does not know, where `totals` counts calls in them.
+    pub(crate) fn adopt_new(&mut self, maps: &dyn NameTable, totals: &[u64]) -> Result<()> {
+        let unknown = totals
+            .iter()
+            .enumerate()
+            .skip(FIRST_REASON as usize)
+            .any(|(s, &n)| n != 0 && !self.reasons.known(s as u32));
+        if unknown {
+            for (s, name) in maps.names()? {
+                self.reasons.adopt(s, &name);
+            }
+        }
+        // Callers the programs merged into OTHER since, named where they
+        // merged them.
+        if let Some(o) = self.reasons.other() {
+            let n = totals.get(o as usize).copied().unwrap_or(0);
+            if n != self.other_read {
+                self.other_read = n;
+                self.reasons.merged.extend(maps.merged_into(o)?);
+            }
+        }
+        Ok(())
     }
 
     /// `(pattern, reason)` of every source pattern, in matching order.

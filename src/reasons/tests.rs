@@ -221,6 +221,10 @@ struct CountingNames {
 }
 
 impl NameTable for CountingNames {
+    fn merged_into(&self, _slot: u32) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     fn names(&self) -> Result<Vec<(u32, String)>> {
         let mut v: Vec<_> = self.names.borrow().clone().into_iter().collect();
         v.sort();
@@ -230,6 +234,10 @@ impl NameTable for CountingNames {
     fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
         self.claims.set(self.claims.get() + 1);
         let mut names = self.names.borrow_mut();
+        // As the by_name index says: a name has one slot.
+        if let Some((&other, _)) = names.iter().find(|(&s, n)| *n == name && s != slot) {
+            return Ok(Claim::Elsewhere(other));
+        }
         let held = names.entry(slot).or_insert_with(|| name.to_string());
         Ok(if held == name {
             Claim::Ours
@@ -266,4 +274,38 @@ fn a_slot_is_claimed_once_then_known() {
         table.names().unwrap(),
         [(a, "a".into()), (b, "other".into()), (moved, "b".into())]
     );
+}
+
+#[test]
+fn a_name_the_programs_gave_a_slot_first_is_taken_from_there() {
+    let table = CountingNames::default();
+    let mut m = Mapper::auto(64);
+    let a = m.reasons.slot("a");
+    assert_eq!(m.claim(&table, a).unwrap(), a);
+    // The programs named "b" in slot 9 before this table allocated it.
+    table.names.borrow_mut().insert(9, "b".into());
+    let b = m.reasons.slot("b");
+    assert_ne!(b, 9);
+    assert_eq!(m.claim(&table, b).unwrap(), 9);
+    assert_eq!(m.reasons.lookup("b"), Some(9));
+    assert!(!m.reasons.known(b), "the slot asked for is free again");
+    // Known there from now on: nothing more asked.
+    let asked = table.claims.get();
+    assert_eq!(m.claim(&table, 9).unwrap(), 9);
+    assert_eq!(table.claims.get(), asked);
+}
+
+#[test]
+fn slots_the_programs_named_are_adopted_once_they_count() {
+    let table = CountingNames::default();
+    let mut m = Mapper::auto(64);
+    table.names.borrow_mut().insert(5, "brd_insert_page".into());
+    let mut totals = vec![0u64; 16];
+    m.adopt_new(&table, &totals).unwrap();
+    assert!(!m.reasons.known(5), "no calls, nothing read");
+    assert_eq!(table.claims.get(), 0);
+    totals[5] = 3;
+    m.adopt_new(&table, &totals).unwrap();
+    assert_eq!(m.reasons.name(5), "brd_insert_page");
+    assert_eq!(m.reasons.lookup("brd_insert_page"), Some(5));
 }

@@ -94,8 +94,9 @@ impl Poller {
         let pooled = percpu::pooled(&maps.read_pool()?, &self.summed);
         self.note_pool_only(&pooled);
         self.pending.add_summed(&pooled);
-        // Another process may have resolved sites of a pinned object.
-        let shared = !self.prunes;
+        // Another process may have resolved sites of a pinned object, and
+        // the programs may name sites themselves.
+        let shared = !self.prunes || maps.resolves_in_kernel();
         self.add_pending(&mut totals, |ret| {
             resolve(maps, ksyms, mapper, src.as_deref_mut(), ret, shared)
         })?;
@@ -108,6 +109,8 @@ impl Poller {
             }
         })?;
         self.early_unwind_failed = mapper.deep.unwind_failures(&self.early);
+        // Reasons the programs named since.
+        mapper.adopt_new(maps, &totals)?;
         // Retired before this read (pruned sites, exited processes,
         // unloaded modules): the pruning below retires entries this read
         // still holds, for the next.

@@ -389,9 +389,16 @@ impl<'a, 'obj> Run<'a, 'obj> {
         // it made.
         self.totals()?;
         let unknown = self.mapper.reasons.lookup(UNKNOWN_NAME);
-        let forgotten = self.poller.forget_sites(|ret, slot| {
-            Some(slot) == unknown || change.gone.iter().any(|g| g.holds(ret))
-        });
+        let gone =
+            |ret: u64, slot: u32| Some(slot) == unknown || change.gone.iter().any(|g| g.holds(ret));
+        let mut forgotten = self.poller.forget_sites(gone);
+        // Sites the programs named themselves never were pending: their
+        // calls are in their slots, and only the tables hold them.
+        if self.probe.maps().resolves_in_kernel() {
+            let known: std::collections::HashSet<u64> = forgotten.iter().map(|f| f.0).collect();
+            let named = self.probe.maps().sites_where(gone)?;
+            forgotten.extend(named.into_iter().filter(|(ret, _)| !known.contains(ret)));
+        }
         for &(ret, slot) in &forgotten {
             self.probe.maps().forget_site(ret, slot)?;
         }

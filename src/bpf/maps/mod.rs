@@ -28,9 +28,9 @@ const NAME_LEN: usize = types::td_abi::TD_NAME_LEN.0 as usize;
 const META_LEN: usize = types::td_abi::TD_META_LEN.0 as usize;
 
 /// The maps a pinned instance keeps, by the file name of their pins.
-pub(crate) const PINNED_MAPS: [&str; 13] = [
+pub(crate) const PINNED_MAPS: [&str; 15] = [
     "counts", "sites", "pending", "fresh", "stats", "budget", "samples", "names", "meta", "data",
-    "bss", "rstacks", "pool",
+    "bss", "rstacks", "pool", "by_name", "routes",
 ];
 
 pub(crate) struct Maps {
@@ -52,6 +52,10 @@ pub(crate) struct Maps {
     budget: MapHandle,
     samples: MapHandle,
     names: MapHandle,
+    /// Every named slot by name, and a profile's caller routes: what the
+    /// programs name new sites with (td_kres).
+    by_name: MapHandle,
+    routes: MapHandle,
     meta: MapHandle,
     data: MapHandle,
     bss: MapHandle,
@@ -217,6 +221,8 @@ impl Maps {
             budget: handle(&m.budget, "budget")?,
             samples: handle(&m.samples, "samples")?,
             names: handle(&m.names, "names")?,
+            by_name: handle(&m.by_name, "by_name")?,
+            routes: handle(&m.routes, "routes")?,
             meta: handle(&m.meta, "meta")?,
             pids: Some(handle(&m.pids, "pids")?),
             // Sized to one entry where they cannot be used: no read per poll.
@@ -253,6 +259,8 @@ impl Maps {
             budget: open("budget")?,
             samples: open("samples")?,
             names: open("names")?,
+            by_name: open("by_name")?,
+            routes: open("routes")?,
             meta: open("meta")?,
             pids: None,
             user: None,
@@ -284,6 +292,8 @@ impl Maps {
             ("rstacks", &mut self.rstacks),
             ("fresh", fresh),
             ("pool", &mut self.pool),
+            ("by_name", &mut self.by_name),
+            ("routes", &mut self.routes),
         ] {
             m.pin(dir.join(name))
                 .map_err(|e| Error::bpf(&format!("pinning the {name} map"), e))?;
@@ -457,6 +467,28 @@ impl NameTable for Maps {
         Ok(out)
     }
 
+    /// Callers the programs merged into `slot` (OTHER): the names
+    /// `by_name` indexes under it, but its own.
+    fn merged_into(&self, slot: u32) -> Result<Vec<String>> {
+        let own = self
+            .names
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| Error::bpf("reading the reason names", e))?
+            .map(|v| c_str(&v));
+        let mut out = Vec::new();
+        for key in self.by_name.keys() {
+            let held = self
+                .by_name
+                .lookup(&key, MapFlags::ANY)
+                .map_err(|e| Error::bpf("reading the reason index", e))?;
+            let name = c_str(&key);
+            if held.as_deref() == Some(&slot.to_ne_bytes()[..]) && Some(&name) != own.as_ref() {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+
     /// Records `name` for `slot` unless another process named it first.
     fn claim_name(&self, slot: u32, name: &str) -> Result<Claim> {
         let value = name_value(name);
@@ -464,7 +496,7 @@ impl NameTable for Maps {
             .names
             .update(&slot.to_ne_bytes(), &value, MapFlags::NO_EXIST)
         {
-            Ok(()) => Ok(Claim::Ours),
+            Ok(()) => self.index_name(slot, &value),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
                 let held = self
                     .names
@@ -472,14 +504,79 @@ impl NameTable for Maps {
                     .map_err(|e| Error::bpf("reading the reason names", e))?
                     .map(|v| c_str(&v))
                     .unwrap_or_default();
-                Ok(if held == c_str(&value) {
-                    Claim::Ours
+                if held == c_str(&value) {
+                    self.index_name(slot, &value)
                 } else {
-                    Claim::Taken(held)
-                })
+                    Ok(Claim::Taken(held))
+                }
             }
             Err(e) => Err(Error::bpf("naming a reason slot", e)),
         }
+    }
+}
+
+impl Maps {
+    /// Indexes slot `slot`'s name (`value`, as stored) in `by_name`, where
+    /// the programs look a new reason up: if the programs or another
+    /// reader gave the name another slot first, that one is the name's, and
+    /// `slot` is given back.
+    fn index_name(&self, slot: u32, value: &[u8]) -> Result<Claim> {
+        match self
+            .by_name
+            .update(value, &slot.to_ne_bytes(), MapFlags::NO_EXIST)
+        {
+            Ok(()) => Ok(Claim::Ours),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => {
+                let held = self
+                    .by_name
+                    .lookup(value, MapFlags::ANY)
+                    .map_err(|e| Error::bpf("reading the reason index", e))?
+                    .and_then(|v| <[u8; 4]>::try_from(v.as_slice()).ok())
+                    .map(u32::from_ne_bytes);
+                match held {
+                    Some(other) if other != slot => {
+                        delete_quietly(&self.names, &slot.to_ne_bytes())?;
+                        Ok(Claim::Elsewhere(other))
+                    }
+                    _ => Ok(Claim::Ours),
+                }
+            }
+            Err(e) => Err(Error::bpf("indexing a reason's name", e)),
+        }
+    }
+
+    /// Lets the programs name new sites themselves (td_kres): the profile's
+    /// routes (caller function, slot) and every name given so far go in
+    /// first, then the first free slot and the switch. `tail`: tail calls
+    /// are told apart, as user space does where it can read the kernel's
+    /// text, so that both name a site alike.
+    pub(crate) fn start_resolving(
+        &self,
+        func: u64,
+        tail: bool,
+        routes: &[(String, u32)],
+    ) -> Result<()> {
+        for (caller, slot) in routes {
+            self.routes
+                .update(&name_value(caller), &slot.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| Error::bpf("writing the caller routes", e))?;
+        }
+        let mut next = abi::FIRST_REASON;
+        for (slot, name) in self.names()? {
+            if let Claim::Elsewhere(s) = self.index_name(slot, &name_value(&name))? {
+                return Err(Error::msg(format!(
+                    "reason {name} has slots {slot} and {s} in the names map"
+                )));
+            }
+            next = next.max(slot + 1);
+        }
+        self.ctl.start_resolving(func, tail, next);
+        Ok(())
+    }
+
+    /// Whether the programs name new sites themselves (start_resolving).
+    pub(crate) fn resolves_in_kernel(&self) -> bool {
+        self.ctl.resolving()
     }
 }
 

@@ -52,6 +52,24 @@ impl Maps {
         }
     }
 
+    /// The sites in the site table that `pick` picks (return address,
+    /// slot): those the programs named themselves included.
+    pub(crate) fn sites_where(&self, pick: impl Fn(u64, u32) -> bool) -> Result<Vec<(u64, u32)>> {
+        let mut out = Vec::new();
+        for key in self.sites.keys() {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            let ret = u64::from_ne_bytes(k);
+            if let Some(slot) = self.site(ret)? {
+                if pick(ret, slot) {
+                    out.push((ret, slot));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Takes the resolved site `ret` (of `slot`) out of the site table and
     /// the cache: its module was unloaded. Its next calls, if the address
     /// is reused, are pending until resolved anew.

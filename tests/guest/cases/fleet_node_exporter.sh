@@ -2,8 +2,8 @@
 # the pinned metrics file through its textfile collector, as docs/always-on.md sets it
 # up: a directory holding a symlink topdown_FUNC.prom to /sys/fs/bpf/topdown/FUNC/metrics
 # (bpffs allows no dot in a name). Its scrape serves topdown_calls_total with the exact
-# counts of a known workload, run twice: once before `topdown show` resolves the call
-# sites, once after it with no topdown process alive. promtool check metrics passes on
+# counts of a known workload, run twice, with no topdown process alive after the pin:
+# the pinned program names new call sites itself. promtool check metrics passes on
 # the file and on node_exporter's scrape. The THP deferred-split function is
 # deferred_split_folio with its built-in profile (6.12 on), or on 6.1
 # deferred_split_huge_page pinned with deeper-frame rules (MUNMAP, page_remove_rmap for
@@ -45,9 +45,8 @@ topdown pin $FN $PIN_ARGS 2>"$TD_TMP/pin.err" || fail "pin failed: $(cat "$TD_TM
 [ -f $ROOT/$FN/metrics ] || fail "no metrics file: $(ls $ROOT/$FN) $(cat "$TD_TMP/pin.err")"
 # shellcheck disable=SC2086 # MIX's words are separate arguments
 thp $MIX >/dev/null || fail "thp failed"
-# A reader resolves the call sites first seen (until then their calls are "unresolved").
-topdown show $FN >/dev/null || fail "show failed"
-# The same again, with no topdown process: counted by the pinned program alone.
+# The same again, still with no topdown process: the pinned program names every call
+# site itself (no reader has run at all).
 [ -z "$(pidof topdown)" ] || fail "a topdown process is running"
 # shellcheck disable=SC2086
 thp $MIX >/dev/null || fail "thp failed"
