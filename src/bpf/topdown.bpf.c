@@ -31,8 +31,10 @@
  * This file holds the programs and the counting path. What they call is in
  * headers included in this order, each after what it uses: common.bpf.h
  * (settings, global data, maps), caller.bpf.h (the caller's return address,
- * the site cache), deep.bpf.h (deeper-frame rules), capture.bpf.h (the
- * stack gate), filters.bpf.h; and last uprobe.bpf.h (user-space functions).
+ * the site cache), resolve.bpf.h (new sites named in the kernel),
+ * unnamed.bpf.h (the first calls of sites not named yet), deep.bpf.h
+ * (deeper-frame rules), capture.bpf.h (the stack gate), filters.bpf.h; and
+ * last uprobe.bpf.h (user-space functions).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
@@ -46,73 +48,10 @@ char LICENSE[] SEC("license") = "GPL";
 #include "common.bpf.h"
 #include "caller.bpf.h"
 #include "resolve.bpf.h"
+#include "unnamed.bpf.h"
 #include "deep.bpf.h"
 #include "capture.bpf.h"
 #include "filters.bpf.h"
-
-/*
- * Counts a call from a site not resolved yet in this CPU's fresh table, if
- * its entry is the site's or free (then taken, and new_sites set, as by
- * count_pending): false if another site holds it. Per CPU, so no atomics;
- * a program does not run nested on its CPU (the kernel's recursion check;
- * before 5.12 fentry has none, and an interrupt's call that came between
- * the test and the store of a free entry would be counted as this one's
- * site, as it could lose an increment of any per-CPU counter).
- */
-static __always_inline bool count_fresh(__u64 ret)
-{
-	struct td_fresh *f = bpf_map_lookup_elem(&fresh, &zero);
-	struct td_fresh_site *e;
-
-	if (!f)
-		return false;
-	e = &f->e[(ret >> 3) & (TD_FRESH - 1)];
-	if (e->ret != ret) {
-		if (e->ret)
-			return false;
-		e->ret = ret;
-		*(volatile __u32 *)&new_sites = 1;
-	}
-	e->n++;
-	return true;
-}
-
-/*
- * Counts a new site's call in a pool slot of its own (see td_pool), and
- * claims the site's empty cache entry for it, so that its next calls take
- * the common path (or the flagged one): false where the entry is taken or
- * the pool is used up.
- * `atomics`: the kernel has BPF's fetch-and-add and compare-and-swap
- * (passed as `loops`, as for lease_check). Two CPUs may pool one site
- * twice; both slots are summed under its reason. The slot's address is
- * written before its first count, so a reader that sees the count sees
- * whose it is (the exchange orders the two; or it reads an address of 0
- * and takes the slot next time).
- */
-static __always_inline bool count_pooled(struct td_counts *c, __u64 ret, bool atomics)
-{
-	__u64 *cell = &site_cache[site_index(ret)];
-	struct td_pool *p;
-	__u64 k;
-
-	if (!atomics || cfg.no_pool || *(volatile __u64 *)cell || !cacheable(ret))
-		return false;
-	p = bpf_map_lookup_elem(&pool, &zero);
-	if (!p || *(volatile __u64 *)&p->next >= TD_POOL)
-		return false;
-	k = __sync_fetch_and_add(&p->next, 1);
-	if (k >= TD_POOL)
-		return false;
-	__sync_lock_test_and_set(&p->ret[k], ret);
-	c->n[TD_NR_SLOTS + k]++;
-	/*
-	 * Flagged where stacks may be taken: its next calls reach the stack
-	 * gate and the background sampler, which clear the flag once they
-	 * want no more of them (as for a resolved site).
-	 */
-	__sync_val_compare_and_swap(cell, 0, cache_entry(ret, TD_NR_SLOTS + k) ^ !!cfg.stacks);
-	return true;
-}
 
 /*
  * Counts a call whose site is not in the cache (new, behind a deeper-frame
@@ -370,166 +309,40 @@ static __always_inline void count_on(void *ctx, enum td_kind kind, enum td_path 
  * The counting programs, one per kind, path and use of bpf_loop: user space
  * loads the one its settings call for (TD_PATH_ANY with a filter or
  * --verify-caller), with bpf_loop where the kernel has it (5.17 and later),
- * else its "_nl" twin.
+ * else its "_nl" twin. Every one is count_on with constants; the context's
+ * type is the program type's, whatever the C says.
  */
-SEC("fentry")
-int BPF_PROG(td_fentry)
-{
-	count_on(ctx, TD_FENTRY, TD_PATH_COMMON, true);
-	return 0;
-}
+#define TD_PROG(sec, name, kind, path, loops)			\
+	SEC(sec) int name(void *ctx)				\
+	{							\
+		count_on(ctx, kind, path, loops);		\
+		return 0;					\
+	}
 
+#define TD_PROGS(sec, stem, kind)					\
+	TD_PROG(sec, stem, kind, TD_PATH_COMMON, true)			\
+	TD_PROG(sec, stem##_any, kind, TD_PATH_ANY, true)		\
+	TD_PROG(sec, stem##_nl, kind, TD_PATH_COMMON, false)		\
+	TD_PROG(sec, stem##_any_nl, kind, TD_PATH_ANY, false)
+
+TD_PROGS("fentry", td_fentry, TD_FENTRY)
 /* td_fentry where the kernel has bpf_rdonly_cast (6.2): see TD_PATH_KNOWN. */
-SEC("fentry")
-int BPF_PROG(td_fentry_known)
-{
-	count_on(ctx, TD_FENTRY, TD_PATH_KNOWN, true);
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(td_fentry_any)
-{
-	count_on(ctx, TD_FENTRY, TD_PATH_ANY, true);
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(td_fentry_nl)
-{
-	count_on(ctx, TD_FENTRY, TD_PATH_COMMON, false);
-	return 0;
-}
-
-SEC("fentry")
-int BPF_PROG(td_fentry_any_nl)
-{
-	count_on(ctx, TD_FENTRY, TD_PATH_ANY, false);
-	return 0;
-}
-
-SEC("kprobe")
-int BPF_KPROBE(td_kprobe)
-{
-	count_on(ctx, TD_KPROBE, TD_PATH_COMMON, true);
-	return 0;
-}
-
-SEC("kprobe")
-int BPF_KPROBE(td_kprobe_any)
-{
-	count_on(ctx, TD_KPROBE, TD_PATH_ANY, true);
-	return 0;
-}
-
-SEC("kprobe")
-int BPF_KPROBE(td_kprobe_nl)
-{
-	count_on(ctx, TD_KPROBE, TD_PATH_COMMON, false);
-	return 0;
-}
-
-SEC("kprobe")
-int BPF_KPROBE(td_kprobe_any_nl)
-{
-	count_on(ctx, TD_KPROBE, TD_PATH_ANY, false);
-	return 0;
-}
-
+TD_PROG("fentry", td_fentry_known, TD_FENTRY, TD_PATH_KNOWN, true)
+TD_PROGS("kprobe", td_kprobe, TD_KPROBE)
 /*
  * A tracepoint's: a BTF tracepoint (5.5), else a raw one (4.17), counted
  * by the code that fired it.
  */
-SEC("tp_btf")
-int td_tp(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_COMMON, true);
-	return 0;
-}
-
-SEC("tp_btf")
-int td_tp_any(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_ANY, true);
-	return 0;
-}
-
-SEC("tp_btf")
-int td_tp_nl(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_COMMON, false);
-	return 0;
-}
-
-SEC("tp_btf")
-int td_tp_any_nl(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_ANY, false);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_rawtp(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_COMMON, true);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_rawtp_any(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_ANY, true);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_rawtp_nl(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_COMMON, false);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_rawtp_any_nl(void *ctx)
-{
-	count_on(ctx, TD_TP, TD_PATH_ANY, false);
-	return 0;
-}
-
+TD_PROGS("tp_btf", td_tp, TD_TP)
+TD_PROGS("raw_tp", td_rawtp, TD_TP)
 /*
  * The counting paths run on a return address given as the first raw
  * tracepoint argument (the other arguments: frames above the caller, with
- * cfg.synthetic_stack), so BPF_PROG_TEST_RUN can exercise the site table,
- * pending counts, slots, deeper-frame rules and the choice of stacks on
- * kernels that refuse fentry.
+ * cfg.synthetic_stack; see td_raw_tp_args), so BPF_PROG_TEST_RUN can
+ * exercise the site table, pending counts, slots, deeper-frame rules and
+ * the choice of stacks on kernels that refuse fentry.
  */
-SEC("raw_tp")
-int td_selftest(struct td_raw_tp_args *ctx)
-{
-	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON, true);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_selftest_any(struct td_raw_tp_args *ctx)
-{
-	count_on(ctx, TD_SELFTEST, TD_PATH_ANY, true);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_selftest_nl(struct td_raw_tp_args *ctx)
-{
-	count_on(ctx, TD_SELFTEST, TD_PATH_COMMON, false);
-	return 0;
-}
-
-SEC("raw_tp")
-int td_selftest_any_nl(struct td_raw_tp_args *ctx)
-{
-	count_on(ctx, TD_SELFTEST, TD_PATH_ANY, false);
-	return 0;
-}
+TD_PROGS("raw_tp", td_selftest, TD_SELFTEST)
 
 /*
  * Empty programs attached beside the counting program by --companion: an
@@ -550,41 +363,20 @@ int BPF_PROG(td_empty_fexit)
 }
 
 /* The cost baseline: what a bare per-CPU counter costs on the same calls. */
-static __always_inline void bare_count(void)
-{
-	__u64 *n = bpf_map_lookup_elem(&bare, &zero);
+#define TD_BARE(sec, name)					\
+	SEC(sec) int name(void *ctx)				\
+	{							\
+		__u64 *n = bpf_map_lookup_elem(&bare, &zero);	\
+								\
+		if (n)						\
+			(*n)++;					\
+		return 0;					\
+	}
 
-	if (n)
-		(*n)++;
-}
-
-SEC("fentry")
-int BPF_PROG(td_bare_fentry)
-{
-	bare_count();
-	return 0;
-}
-
-SEC("kprobe")
-int BPF_KPROBE(td_bare_kprobe)
-{
-	bare_count();
-	return 0;
-}
-
-SEC("tp_btf")
-int td_bare_tp(void *ctx)
-{
-	bare_count();
-	return 0;
-}
-
-SEC("raw_tp")
-int td_bare_rawtp(void *ctx)
-{
-	bare_count();
-	return 0;
-}
+TD_BARE("fentry", td_bare_fentry)
+TD_BARE("kprobe", td_bare_kprobe)
+TD_BARE("tp_btf", td_bare_tp)
+TD_BARE("raw_tp", td_bare_rawtp)
 
 #include "uprobe.bpf.h"
 

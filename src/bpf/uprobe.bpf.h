@@ -180,11 +180,6 @@ int BPF_KPROBE(td_uprobe)
 }
 
 /* The cost baseline: a bare per-CPU counter on the same uprobe. */
-SEC("uprobe")
-int BPF_KPROBE(td_bare_uprobe)
-{
-	bare_count();
-	return 0;
-}
+TD_BARE("uprobe", td_bare_uprobe)
 
 #endif
