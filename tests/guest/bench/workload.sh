@@ -11,7 +11,8 @@
 #   - topdown FUNC --stack-on REASON: capture on, all run long, for FUNC's busiest caller
 #     (the previous row's top reason), at the default --max-rate;
 #   - topdown pin FUNC, with no reader: tier 1 always on, the BPF program alone (no
-#     process of topdown's runs; call sites not resolved at pin time stay pending);
+#     process of topdown's runs; from 5.17 the program names each call site first
+#     called after the pin itself, at that first call);
 #   - bpftrace's `fentry:FUNC { @n = count(); }` and `{ @[kstack(2)] = count(); }`, if
 #     the guest has bpftrace (tests/guest/run --bpftrace: the newest it has).
 # Each tool's passes start once it says it is ready (topdown's "Ctrl-C to end",

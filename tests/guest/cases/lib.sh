@@ -516,3 +516,30 @@ expect_fail() {
 	expect_eq "stderr lines of topdown $*" "$(wc -l <"$TD_TMP/err")" 1
 	grep -q -- "$pattern" "$TD_TMP/err" || fail "topdown $*: stderr does not match '$pattern'"
 }
+
+# brd_setup: for the cases whose callers are the RAM disk's (brd), a module: skips
+# unless the guest has brd.ko and loadable modules; brd unloaded; F set to the page
+# allocator function brd calls once per page of the disk first written
+# (alloc_pages_noprof from 6.10, alloc_pages on 6.1, alloc_pages_current on 5.10).
+brd_setup() {
+	need_cmd insmod rmmod dd
+	[ -f /lib/td-modules/brd.ko ] || skip "no RAM-disk module (brd) among $TD_KERNEL's packages"
+	[ -r /proc/modules ] || skip "$TD_KERNEL has no loadable modules"
+	rmmod brd 2>/dev/null
+	F=
+	for _f in alloc_pages_noprof alloc_pages_current alloc_pages; do
+		if ktext $_f; then
+			F=$_f
+			break
+		fi
+	done
+	[ -n "$F" ] || skip "no page allocator function known to this case in $TD_KERNEL"
+}
+
+# load_and_write PAGES: load brd (8 MiB, one disk), write PAGES distinct pages of it.
+load_and_write() {
+	insmod /lib/td-modules/brd.ko rd_nr=1 rd_size=8192 || fail "insmod brd.ko failed"
+	[ -b /dev/ram0 ] || fail "brd loaded, but no /dev/ram0"
+	dd if=/dev/zero of=/dev/ram0 bs=4096 count="$1" conv=fsync 2>"$TD_TMP/dd" ||
+		fail "dd to /dev/ram0 failed: $(cat "$TD_TMP/dd")"
+}

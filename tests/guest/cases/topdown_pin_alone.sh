@@ -9,27 +9,11 @@
 # add up. Before 5.17 (5.10) the pin says in one line that new sites are named when a
 # topdown reads it, and show is exact.
 . "$TD_LIB"
-need_cmd topdown insmod rmmod dd
-[ -f /lib/td-modules/brd.ko ] || skip "no RAM-disk module (brd) among $TD_KERNEL's packages"
-[ -r /proc/modules ] || skip "$TD_KERNEL has no loadable modules"
-rmmod brd 2>/dev/null
-F=
-for f in alloc_pages_noprof alloc_pages_current alloc_pages; do
-	if ktext $f; then
-		F=$f
-		break
-	fi
-done
-[ -n "$F" ] || skip "no page allocator function known to this case in $TD_KERNEL"
+need_cmd topdown
+brd_setup
 ROOT=/sys/fs/bpf/topdown
 trap 'rmmod brd 2>/dev/null; topdown unpin $F 2>/dev/null' EXIT
 
-load_and_write() {
-	insmod /lib/td-modules/brd.ko rd_nr=1 rd_size=8192 || fail "insmod brd.ko failed"
-	[ -b /dev/ram0 ] || fail "brd loaded, but no /dev/ram0"
-	dd if=/dev/zero of=/dev/ram0 bs=4096 count="$1" conv=fsync 2>"$TD_TMP/dd" ||
-		fail "dd to /dev/ram0 failed: $(cat "$TD_TMP/dd")"
-}
 # brd_sum FILE: the calls of brd's functions in a `reasons` file.
 brd_sum() {
 	sed -n 's/^brd_[a-z_]*: \([0-9]*\)$/\1/p' "$1" | awk '{ s += $1 } END { print s + 0 }'
