@@ -71,7 +71,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize, fit: Fit) -> String {
         _ => {}
     }
     for st in iv.stacks.iter().filter(|st| st.total() > 0) {
-        s.push_str(&stacks(st, top));
+        s.push_str(&stacks(st, top, None));
     }
     s
 }
@@ -109,15 +109,13 @@ fn processes(list: &[ProcessCount], n: usize) -> String {
     parts.join(", ")
 }
 
-/// A reason's top processes over the run, with their share of its stacks.
+/// A reason's top processes over the run, by the stacks sampled in each:
+/// samples, not a share of the reason's calls.
 fn top_processes(st: &ReasonStacks, top: usize) -> String {
     let list: Vec<String> = st
         .top_processes(top)
         .iter()
-        .map(|p| {
-            let share = 100.0 * p.count as f64 / st.total().max(1) as f64;
-            format!("{} {} ({share:.1}%)", p.process, p.count)
-        })
+        .map(|p| format!("{} {}", p.process, p.count))
         .collect();
     let more = st.processes.len().saturating_sub(top);
     let more = if more > 0 {
@@ -126,29 +124,36 @@ fn top_processes(st: &ReasonStacks, top: usize) -> String {
         String::new()
     };
     format!(
-        "  top processes of {}: {}{more}\n",
+        "  top processes of {} (by its {} sampled stacks): {}{more}\n",
         st.reason,
+        st.total(),
         list.join(", ")
     )
 }
 
-/// A reason's top stacks as an indented list, caller first, each with its
-/// count and share of the stacks captured.
-pub(crate) fn stacks(st: &ReasonStacks, top: usize) -> String {
+/// A reason's top stacks as an indented list, caller first, each with the
+/// number of samples that took it. Samples say which paths occur, not how
+/// the reason's calls split among them: so no share is printed, and where
+/// the calls made while capture was on are known (`calls`), the heading
+/// says how many were sampled of them.
+pub(crate) fn stacks(st: &ReasonStacks, top: usize, calls: Option<u64>) -> String {
     // The background sampler's, taken before the reason qualified.
     let early = match st.background {
         0 => String::new(),
         n => format!(", {n} more from before the trigger"),
     };
+    let of = match calls {
+        Some(n) => format!(" of {} while captured", self::calls(n)),
+        None => String::new(),
+    };
     let mut s = format!(
-        "  top stacks of {} ({} captured{early}):\n",
+        "  top stacks of {} ({} sampled{of}{early}):\n",
         st.reason, st.captured
     );
     for sc in st.top(top) {
-        let share = 100.0 * sc.count as f64 / st.total().max(1) as f64;
         let _ = writeln!(
             s,
-            "    {} ({share:.1}%)  {}",
+            "    {} sampled  {}",
             sc.count,
             processes(&sc.processes, STACK_PROCESSES)
         );
@@ -197,7 +202,8 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         if st.total() > 0 {
             s.push_str(&top_processes(st, top));
         }
-        s.push_str(&stacks(st, top));
+        let calls = sum.gates.iter().find(|g| g.reason == st.reason);
+        s.push_str(&stacks(st, top, calls.map(|g| g.gate.calls)));
     }
     if !early.is_empty() {
         s.push_str(&not_captured(early, top));
@@ -628,14 +634,14 @@ mod tests {
         iv.stacks = vec![stacks_of("ZAP", &[(&["zap+0x1"], 2), (&["other+0x2"], 1)])];
         let t = interval(&iv, 1, Fit::ALL);
         assert!(t.contains(
-            "  top stacks of ZAP (3 captured):\n    2 (66.7%)  thp[42] 2\n      zap+0x1\n"
+            "  top stacks of ZAP (3 sampled):\n    2 sampled  thp[42] 2\n      zap+0x1\n"
         ));
         assert!(!t.contains("other"), "--top 1 shows one stack: {t}");
         // Stacks from the background sampler are said to be.
         let st = &mut iv.stacks[0];
         (st.captured, st.background) = (1, 2);
         assert!(interval(&iv, 1, Fit::ALL).contains(
-            "  top stacks of ZAP (1 captured, 2 more from before the trigger):\n    2 (66.7%)"
+            "  top stacks of ZAP (1 sampled, 2 more from before the trigger):\n    2 sampled"
         ));
     }
 
@@ -681,6 +687,22 @@ mod tests {
             "{t}"
         );
         assert!(!summary(&sample_summary(), 5).contains("calls while captured"));
+        // Stacks are samples: said of how many calls, never as a share.
+        sum.gates.push(ReasonGate {
+            reason: "do_huge_pmd_anonymous_page".into(),
+            gate: crate::report::Gate {
+                calls: 160,
+                shown: 3,
+                rate_capped: 157,
+                ..Default::default()
+            },
+        });
+        let t = summary(&sum, 5);
+        assert!(
+            t.contains("  top stacks of do_huge_pmd_anonymous_page (3 sampled of 160 calls while captured):\n"),
+            "{t}"
+        );
+        assert!(!t.contains("%)  "), "a stack printed with a share: {t}");
     }
 
     #[test]
@@ -710,14 +732,14 @@ mod tests {
         assert!(summary(&full, 5).contains("\n  sites full: 100 calls came from call sites past the 16384 the site tables hold, so they are in the total under [site table full], not under their reasons; trace fewer processes (--pid, --cgroup) to leave room\n"));
         assert!(t.contains("      a\n      b\n"));
         let first = t
-            .find("top stacks of folio_remove_rmap_ptes (1 captured):")
+            .find("top stacks of folio_remove_rmap_ptes (1 sampled")
             .unwrap();
         let second = t
-            .find("top stacks of do_huge_pmd_anonymous_page (3 captured):")
+            .find("top stacks of do_huge_pmd_anonymous_page (3 sampled")
             .unwrap();
         assert!(first < second);
         assert!(t.contains(
-            "  top processes of do_huge_pmd_anonymous_page: thp[42] 3 (100.0%)\n  top stacks of do_huge_pmd_anonymous_page (3 captured):\n"
+            "  top processes of do_huge_pmd_anonymous_page (by its 3 sampled stacks): thp[42] 3\n  top stacks of do_huge_pmd_anonymous_page (3 sampled"
         ), "{t}");
         let mut more = sample_summary();
         more.stacks[1].processes = (1..=7)
@@ -730,10 +752,10 @@ mod tests {
             })
             .collect();
         assert!(summary(&more, 2).contains(
-            "  top processes of do_huge_pmd_anonymous_page: p1[1] 7 (233.3%), p2[2] 6 (200.0%), +5 more\n"
+            "  top processes of do_huge_pmd_anonymous_page (by its 3 sampled stacks): p1[1] 7, p2[2] 6, +5 more\n"
         ));
         more.stacks[1].stacks[0].processes = more.stacks[1].processes.clone();
-        assert!(summary(&more, 5).contains("    3 (100.0%)  p1[1] 7, p2[2] 6, p3[3] 5, +4 more\n"));
+        assert!(summary(&more, 5).contains("    3 sampled  p1[1] 7, p2[2] 6, p3[3] 5, +4 more\n"));
         assert!(t.contains(
             "  stack capture:\n    folio_remove_rmap_ptes      0.5s to 2.0s: 1 call, 1 stack, first 3.5 ms after the switch\n    do_huge_pmd_anonymous_page  2.0s to 3.0s: 30 calls, 3 stacks\n"
         ), "{t}");
@@ -770,7 +792,7 @@ mod tests {
         );
         // The captured reasons' stacks as before, and a line each more.
         assert!(
-            t.contains("  top stacks of do_huge_pmd_anonymous_page (3 captured):\n"),
+            t.contains("  top stacks of do_huge_pmd_anonymous_page (3 sampled"),
             "{t}"
         );
         assert_eq!(t.lines().count(), base.lines().count() + 7, "{t}");
@@ -787,7 +809,7 @@ mod tests {
         sum.captures[0].reason = "BURST_1".into();
         let t = summary(&sum, 5);
         assert!(
-            t.contains("  top stacks of BURST_1 (0 captured, 1 more from before the trigger):\n"),
+            t.contains("  top stacks of BURST_1 (0 sampled, 1 more from before the trigger):\n"),
             "{t}"
         );
         assert!(!t.contains("not captured"), "{t}");
