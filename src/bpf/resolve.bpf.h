@@ -43,13 +43,46 @@ struct {
 	__type(value, __u32);
 } routes SEC(".maps");
 
-/* Where the names are printed and parsed: too large for the stack. */
+/* The parse of "name+0xOFF/0xSIZE [module]" (%pS) under way. */
+struct td_parse {
+	__u32 phase;		/* 0: the name, 1: the offset, 2: the size */
+	__u32 j;		/* bytes of the name copied into g */
+	__u32 cut;		/* a clone suffix began: no more copied */
+	__u32 pad;
+	__u64 v[2];		/* the offset, the size */
+};
+
+/* The decoding of `call *r/m` forms under way (tailcall.rs's decode_x86). */
+struct td_decode {
+	__u8 c[8];
+	__u64 ret;
+	__u64 at;		/* a fixed pointer's address (`call *disp32(%rip)`) */
+	__u32 indirect;
+	__u32 pad;
+};
+
+/*
+ * Where the names are printed and parsed: too large for the stack. The
+ * loops' state lives here too, not on the stack: a verifier before 6.7
+ * walks a bpf_loop callback once, and would take the caller's stack after
+ * the loop for what one pass leaves there (and drop the code that reads
+ * what later passes set).
+ */
 struct td_names {
 	char sym[TD_NAME_LEN];	/* %pS of a call's target */
 	struct td_name caller;	/* the caller function, folded */
 	struct td_name g;	/* the function a call entered, folded */
 	struct td_name key;	/* a reason's name */
 	struct td_name other;	/* "OTHER" */
+	struct td_parse p;
+	struct td_decode d;
+	__u32 cut;		/* fold_step's */
+};
+
+/* What a loop's callback is given: the buffers, through a pointer. */
+struct td_cb {
+	struct td_names *b;
+	struct td_name *n;
 };
 
 struct {
@@ -74,18 +107,11 @@ enum td_judged {
 #define TD_PADDING 32
 #endif
 
-/* The parse of "name+0xOFF/0xSIZE [module]" (%pS) under way. */
-struct td_parse {
-	struct td_names *b;
-	__u32 phase;		/* 0: the name, 1: the offset, 2: the size */
-	__u32 j;		/* bytes of the name copied into b->g */
-	__u32 cut;		/* a clone suffix began: no more copied */
-	__u64 v[2];		/* the offset, the size */
-};
-
-static long parse_step(__u32 i, struct td_parse *p)
+static long parse_step(__u32 i, struct td_cb *cb)
 {
-	char c = p->b->sym[i & (TD_NAME_LEN - 1)];
+	struct td_names *b = cb->b;
+	struct td_parse *p = &b->p;
+	char c = b->sym[i & (TD_NAME_LEN - 1)];
 	__u32 k = (p->phase - 1) & 1;
 	__u64 d;
 
@@ -99,7 +125,7 @@ static long parse_step(__u32 i, struct td_parse *p)
 		if (c == '.' && p->j)
 			p->cut = 1;
 		if (!p->cut && p->j < TD_NAME_LEN - 1) {
-			p->b->g.s[p->j & (TD_NAME_LEN - 1)] = c;
+			b->g.s[p->j & (TD_NAME_LEN - 1)] = c;
 			p->j++;
 		}
 		return 0;
@@ -121,9 +147,9 @@ static long parse_step(__u32 i, struct td_parse *p)
 }
 
 /* Shifts b->g left by 6 bytes: "__pfx_G" or "__cfi_G" becomes "G". */
-static long unprefix_step(__u32 i, struct td_parse *p)
+static long unprefix_step(__u32 i, struct td_cb *cb)
 {
-	struct td_names *b = p->b;
+	struct td_names *b = cb->b;
 	__u32 from = i + 6;
 
 	b->g.s[i & (TD_NAME_LEN - 1)] = from < TD_NAME_LEN ? b->g.s[from & (TD_NAME_LEN - 1)] : 0;
@@ -143,21 +169,23 @@ static const char cfi[] = "__cfi_";
 static __always_inline bool entered(struct td_names *b, __u64 t, __u64 *start)
 {
 	__u64 args[1] = { t };
-	struct td_parse p = { .b = b };
+	struct td_cb cb = { .b = b };
+	struct td_parse *p = &b->p;
 
 	__builtin_memset(&b->g, 0, sizeof(b->g));
+	__builtin_memset(p, 0, sizeof(*p));
 	if (bpf_snprintf(b->sym, sizeof(b->sym), fmt_sym, args, sizeof(args)) <= 0)
 		return false;
-	bpf_loop(TD_NAME_LEN, parse_step, &p, 0);
-	if (p.phase != 2)
+	bpf_loop(TD_NAME_LEN, parse_step, &cb, 0);
+	if (*(volatile __u32 *)&p->phase != 2)
 		return false;
 	if (!bpf_strncmp(b->g.s, 6, pfx) || !bpf_strncmp(b->g.s, 6, cfi)) {
-		bpf_loop(TD_NAME_LEN, unprefix_step, &p, 0);
-		*start = t - p.v[0] + p.v[1];
+		bpf_loop(TD_NAME_LEN, unprefix_step, &cb, 0);
+		*start = t - p->v[0] + p->v[1];
 		return *start - t <= TD_PADDING;
 	}
 	*start = t;
-	return p.v[0] == 0;
+	return p->v[0] == 0;
 }
 
 static const char pi[] = "__pi_";
@@ -218,17 +246,10 @@ static __always_inline int judge_call(struct td_names *b, __u64 ret, __u64 func)
 	return TD_PLAIN;
 }
 #else
-/* The decoding of `call *r/m` forms under way (tailcall.rs's decode_x86). */
-struct td_decode {
-	__u8 c[8];
-	__u64 ret;
-	__u64 at;		/* a fixed pointer's address (`call *disp32(%rip)`) */
-	__u32 indirect;
-};
-
 /* The form `len0 + 2` bytes long, with or without a REX prefix. */
-static long decode_step(__u32 len0, struct td_decode *d)
+static long decode_step(__u32 len0, struct td_cb *cb)
 {
+	struct td_decode *d = &cb->b->d;
 	__u32 i = (6 - len0) & 7, r = i;
 	__u8 op, modrm, md, rm;
 	__u32 sib, disp;
@@ -261,18 +282,21 @@ static long decode_step(__u32 len0, struct td_decode *d)
  */
 static __always_inline int judge_call(struct td_names *b, __u64 ret, __u64 func)
 {
-	struct td_decode d = { .ret = ret };
+	struct td_decode *d = &b->d;
+	struct td_cb cb = { .b = b };
 	__u64 ptr = 0, start;
 	int judged = TD_PLAIN;
 
-	if (bpf_probe_read_kernel(d.c, sizeof(d.c), (void *)(ret - 8)))
+	__builtin_memset(d, 0, sizeof(*d));
+	d->ret = ret;
+	if (bpf_probe_read_kernel(d->c, sizeof(d->c), (void *)(ret - 8)))
 		return TD_PLAIN;
-	if (d.c[3] == 0xe8 && judge_direct(b, ret + *(__s32 *)&d.c[4], func, &judged))
+	if (d->c[3] == 0xe8 && judge_direct(b, ret + *(__s32 *)&d->c[4], func, &judged))
 		return judged;
-	bpf_loop(7, decode_step, &d, 0);
-	if (!d.indirect)
+	bpf_loop(7, decode_step, &cb, 0);
+	if (!*(volatile __u32 *)&d->indirect)
 		return TD_PLAIN;
-	if (!d.at || bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)d.at))
+	if (!d->at || bpf_probe_read_kernel(&ptr, sizeof(ptr), (void *)d->at))
 		return TD_INDIRECT;
 	if (!entered(b, ptr, &start))
 		return TD_INDIRECT;
@@ -280,22 +304,16 @@ static __always_inline int judge_call(struct td_names *b, __u64 ret, __u64 func)
 }
 #endif
 
-/* A name being cut at its clone suffix or module (" [mod]"). */
-struct td_fold {
-	struct td_name *n;
-	__u32 cut;
-};
-
-/* From the cut on, the bytes are zeroed (the name is a hash key). */
-static long fold_step(__u32 i, struct td_fold *f)
+/* Cuts a name at its clone suffix or module (" [mod]"): from the cut on, the bytes are zeroed (the name is a hash key). */
+static long fold_step(__u32 i, struct td_cb *cb)
 {
-	char *c = &f->n->s[i & (TD_NAME_LEN - 1)];
+	char *c = &cb->n->s[i & (TD_NAME_LEN - 1)];
 
 	if (!*c)
 		return 1;
 	if ((*c == '.' && i) || *c == ' ')
-		f->cut = 1;
-	if (f->cut)
+		cb->b->cut = 1;
+	if (cb->b->cut)
 		*c = 0;
 	return 0;
 }
@@ -305,7 +323,7 @@ static __always_inline bool caller_name(struct td_names *b, __u64 ret)
 {
 	__u64 args[1] = { ret - 1 };
 	struct td_name *n = &b->caller;
-	struct td_fold f = { .n = n };
+	struct td_cb cb = { .b = b, .n = n };
 
 	__builtin_memset(n, 0, sizeof(*n));
 	if (bpf_snprintf(n->s, sizeof(n->s), fmt_fn, args, sizeof(args)) <= 0)
@@ -316,7 +334,8 @@ static __always_inline bool caller_name(struct td_names *b, __u64 ret)
 		__builtin_memcpy(n->s, "[unknown]", sizeof("[unknown]"));
 		return true;
 	}
-	bpf_loop(TD_NAME_LEN, fold_step, &f, 0);
+	b->cut = 0;
+	bpf_loop(TD_NAME_LEN, fold_step, &cb, 0);
 	return true;
 }
 
