@@ -213,6 +213,15 @@ pub struct TraceArgs {
     #[arg(long, value_name = "REASON")]
     pub stack_on: Option<String>,
 
+    /// Count each captured reason's calls by path too, exactly (the frames above its caller, split level by level): see topdown(8), DRILL-DOWN.
+    #[arg(long)]
+    pub drill: bool,
+
+    /// With --drill: the deepest level, the reason (its caller) being level 1 and the frame above it level 2 (2 to 8).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "drill",
+          value_parser = clap::value_parser!(u32).range(2..=8))]
+    pub drill_levels: u32,
+
     #[command(flatten)]
     pub trigger: TriggerArgs,
 

@@ -121,6 +121,11 @@ const CASES: &[Case] = &[
     case(&["t:kmem:mm_page_alloc", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
     case(&["-x", "c", "t:kmem:mm_page_alloc"], 2, "names its own target: give it without -x"),
     case(&["rawtracepoint:sched_switch"], 2, "name it as rawtracepoint:CATEGORY:EVENT"),
+    // --drill: its levels, and kernel paths only.
+    case(&["vfs_read", "--drill", "--drill-levels", "9"], 2, "is not in 2..=8"),
+    case(&["vfs_read", "--drill-levels", "3"], 2, "the following required arguments were not provided"),
+    case(&["-x", "c", "malloc", "--drill"], 2, "--drill splits a kernel function's or a tracepoint's calls by kernel path"),
+    case(&["pin", "vfs_read", "--drill"], 2, "unexpected argument"),
     case(&["rawtracepoint:sched:sched_switch", "--kprobe"], 2, "is a tracepoint: it takes no --kprobe"),
     case(&["pin", "rawtracepoint:sched:sched_switch"], 2, "a pin takes its tracepoint as t:CATEGORY:EVENT"),
     // Return probes: refused, not read as entries; a prefix that is no probe type.

@@ -151,7 +151,16 @@ pub(crate) struct LoadConfig {
     /// load (a pin's): put in before attach, so that they name every site
     /// from its first call. Else user space puts it in after attaching.
     pub(crate) names_at_load: Option<NameTables>,
+    /// --drill: a captured reason's calls are counted by path too, this
+    /// many frames from the caller up (0: off; at most DRILL_FRAMES).
+    pub(crate) drill_levels: u32,
 }
+
+/// Frames a drilled path holds: the caller's return address and those above.
+pub(crate) const DRILL_FRAMES: u32 = types::td_abi::TD_DRILL_FRAMES.0;
+/// Distinct paths --drill counts, over all reasons.
+#[cfg(test)]
+pub(crate) const MAX_PATHS: u32 = types::td_abi::TD_MAX_PATHS.0;
 
 /// The reasons known so far, as the programs name new sites with them.
 #[derive(Debug, Clone, Default)]
@@ -233,6 +242,11 @@ impl LoadConfig {
         (dst.bg_every_ns, dst.bg_burst_ns) = match self.stacks {
             true => background_bucket(self.background),
             false => (0, 0),
+        };
+        // Paths are counted only where stacks are captured (their trigger).
+        dst.drill_levels = match self.stacks {
+            true => self.drill_levels.min(DRILL_FRAMES),
+            false => 0,
         };
         let known = self.deep.as_ref().map_or(0, tables_depth);
         dst.deep_depth = self.deep_depth.min(MAX_RULE_DEPTH).max(known);

@@ -96,6 +96,7 @@ struct td_scratch {
 	__s32 deep_caller;	/* its index in deep.callers (see deep_reason) */
 	__u64 at;		/* a stack address, as a number (see tp_quick_frames) */
 	struct td_early_key early;
+	struct td_path_key path;	/* a drilled call's (drill.bpf.h) */
 };
 
 struct {
@@ -183,6 +184,7 @@ enum td_watch_byte _td_watch_byte = TD_WATCH_OWN;
 enum td_syscall_filter _td_syscall_filter = TD_SYSCALL_ANY;
 struct td_pids _td_pids = {};
 struct td_early_key _td_early_key = {};
+struct td_path_key _td_path_key = {};
 
 /* Counts one event of topdown's own (td_stats), on this CPU. */
 static __always_inline void stat_inc(enum td_stat which)

@@ -16,6 +16,7 @@ pub(crate) mod abi;
 pub(crate) mod attach;
 pub(crate) mod ctl;
 pub(crate) mod deep;
+pub(crate) mod drilled;
 pub(crate) mod iter;
 pub(crate) mod log;
 pub(crate) mod maps;
@@ -29,6 +30,9 @@ mod tests;
 /// What the rest of the program hands the kernel side, as plain data: the
 /// settings a counting program is loaded with and the filters in them.
 pub(crate) use abi::{Filters, LoadConfig, NameTables};
+
+/// What the kernel side hands back of --drill, as plain data.
+pub(crate) use drilled::Drilled;
 
 /// The capacities of the kernel side's tables, which what the user gives is
 /// checked against before anything is loaded.

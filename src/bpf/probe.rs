@@ -327,6 +327,16 @@ fn size_maps(
             .set_max_entries(1)
             .map_err(|e| Error::bpf("sizing the early table", e))?;
     }
+    // The path table serves only --drill. It stays preallocated: an
+    // insert allocating on the counting path would refill the kernel's
+    // BPF allocator from an irq_work, whose page allocations a program on
+    // mm_page_alloc, running at the time, would miss.
+    if config.drill_levels == 0 || !config.stacks {
+        open.maps
+            .paths
+            .set_max_entries(1)
+            .map_err(|e| Error::bpf("sizing the path table", e))?;
+    }
     // The user-site tables serve only a uprobe.
     if !uprobe {
         for (map, what) in [

@@ -24,6 +24,7 @@ use crate::host::Features;
 
 mod capture;
 mod deep;
+mod drill;
 mod filters;
 mod prune_bench;
 mod tracepoint;

@@ -33,7 +33,8 @@
  * (settings, global data, maps), caller.bpf.h (the caller's return address,
  * the site cache), resolve.bpf.h (new sites named in the kernel),
  * unnamed.bpf.h (the first calls of sites not named yet), deep.bpf.h
- * (deeper-frame rules), capture.bpf.h (the stack gate), filters.bpf.h; and
+ * (deeper-frame rules), capture.bpf.h (the stack gate), drill.bpf.h (calls
+ * counted by path), filters.bpf.h; and
  * last uprobe.bpf.h (user-space functions).
  */
 #include "vmlinux.h"
@@ -51,6 +52,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "unnamed.bpf.h"
 #include "deep.bpf.h"
 #include "capture.bpf.h"
+#include "drill.bpf.h"
 #include "filters.bpf.h"
 
 /*
@@ -219,6 +221,16 @@ static __always_inline void count_slow_body(void *ctx, struct td_counts *c, enum
 		/* a pooled site has no reason yet: to the gate, as a pending one */
 		if (r >= TD_NR_SLOTS)
 			r = TD_SLOT_NONE;
+	}
+	/*
+	 * --drill: a captured reason's calls by path too, a pending site's by
+	 * its caller's range as at the gate (compiled in if asked).
+	 */
+	if (cfg.drill_levels && *(volatile __u32 *)&ctl.nr_captured) {
+		if (loops)
+			drill_loop(ctx, ret, r, kind);
+		else
+			drill(ctx, ret, r, kind);
 	}
 	/* the stack gate, compiled in if stacks may be captured in this run */
 	if (!cfg.stacks)

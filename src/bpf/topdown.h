@@ -38,6 +38,12 @@ enum td_abi {
 	TD_MAX_FRAMES = 127,
 	TD_MAX_STACK_RANGES = 32,
 	/*
+	 * --drill: the distinct paths counted (td_path_key), in all; and the
+	 * frames a path holds (the caller's return address, then those above).
+	 */
+	TD_MAX_PATHS = 512,
+	TD_DRILL_FRAMES = 8,
+	/*
 	 * A uprobe's calls from a (tgid, return address) not resolved yet
 	 * cannot be told apart by reason. While a reason is captured they
 	 * draw on an allowance of their own, and each such site's first this
@@ -322,6 +328,11 @@ struct td_config {
 	 */
 	__u8 resolve;
 	__u32 max_slot;
+	/*
+	 * --drill (0: off): a captured reason's calls are also counted by
+	 * path, their frames from the caller up, this many (td_path_key).
+	 */
+	__u32 drill_levels;
 	__u64 cpus[TD_MAX_CPUS / 64];
 	/* A tracepoint's glue: nr_glue ranges [glue_lo, glue_hi) (TD_MAX_GLUE). */
 	__u32 nr_glue;
@@ -479,6 +490,18 @@ struct td_kres {
 	/* Tail calls are told apart (as user space does where it reads kcore). */
 	__u32 tail;
 	__u32 pad;
+};
+
+/*
+ * A drilled call's path (drill.bpf.h): its reason, the caller's return
+ * address, then the frames above it, up to cfg.drill_levels in all; zeros
+ * past that and past the stack's end. f[1] is TD_NO_FRAMES where the
+ * unwind found no caller.
+ */
+struct td_path_key {
+	__u32 reason;
+	__u32 pad;
+	__u64 f[TD_DRILL_FRAMES];
 };
 
 struct td_meta {

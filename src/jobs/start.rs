@@ -202,6 +202,7 @@ pub(super) fn start<'obj>(
             stack_frames: load.depth,
             sample_every: load.sample,
             background: load.background,
+            drill_levels: load.drill_levels,
             deep: early.as_ref().map(|k| k.mapper.deep.tables()),
             deep_depth: deep_depth(target),
             stacks: extra.stacks,
@@ -313,6 +314,7 @@ pub(super) fn start_user<'obj>(
         no_pool: false,
         resolve: None,
         names_at_load: None,
+        drill_levels: 0,
     };
     let features = host::Features::probe();
     let bare = t.companion == Some(Companion::Bare);

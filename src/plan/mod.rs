@@ -76,6 +76,9 @@ pub struct Load {
     /// --background-stacks: stacks a reason may take on a CPU in a row
     /// before any capture (0: none).
     pub(crate) background: u32,
+    /// --drill's deepest level (0: no --drill): the frames of a path, the
+    /// caller's first (level 1, its reason's), then those above it.
+    pub(crate) drill_levels: u32,
 }
 
 /// Tier 1 to pin.
@@ -299,6 +302,7 @@ fn idle_trace(t: &TraceArgs, d: &TraceArgs) -> Vec<String> {
             (c.sample != d.capture.sample, "--sample"),
             (c.depth != d.capture.depth, "--depth"),
             (c.user_stacks, "--user-stacks"),
+            (t.drill, "--drill"),
             (
                 c.background_stacks != d.capture.background_stacks,
                 "--background-stacks",
@@ -563,6 +567,7 @@ fn load(mode: &ModeArgs, c: &CaptureArgs, companion: Option<Companion>) -> Resul
         depth: c.depth,
         sample: c.sample,
         background: c.background_stacks,
+        drill_levels: 0,
     })
 }
 
@@ -655,6 +660,12 @@ fn trace(func: &FuncName, tracepoint: Option<&str>, t: &TraceArgs) -> Result<Tra
             )?;
             // The caller's own stack is all a uprobe has to show.
             load.user_stacks = true;
+            if t.drill {
+                return Err(Error::usage(
+                    "--drill splits a kernel function's or a tracepoint's calls by kernel \
+                     path: leave it out with -x (a user-space function's callers are its reasons)",
+                ));
+            }
             (target, load)
         }
         None => (
@@ -662,7 +673,10 @@ fn trace(func: &FuncName, tracepoint: Option<&str>, t: &TraceArgs) -> Result<Tra
                 tracepoint: tracepoint.map(String::from),
                 ..target(func, &t.profile)?
             },
-            load(&t.mode, &t.capture, companion)?,
+            Load {
+                drill_levels: if t.drill { t.drill_levels } else { 0 },
+                ..load(&t.mode, &t.capture, companion)?
+            },
         ),
     };
     Ok(Trace {
@@ -690,6 +704,7 @@ fn trace(func: &FuncName, tracepoint: Option<&str>, t: &TraceArgs) -> Result<Tra
             baseline,
             max_rate: t.trigger.max_rate,
             verbose: t.verbose,
+            drill_levels: load.drill_levels,
         },
         files: Files {
             folded: t.folded.clone(),

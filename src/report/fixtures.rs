@@ -108,6 +108,7 @@ pub(crate) fn sample_summary() -> Summary {
         stacks_sent: 4,
         stacks_background: 0,
         gates: Vec::new(),
+        drill: Vec::new(),
         verify: None,
         uncached: 0,
         cost: Cost::default(),

@@ -6,6 +6,7 @@
 //! never each other in a circle.
 
 pub(crate) mod compare;
+pub(crate) mod drill;
 pub(crate) mod fit;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -384,6 +385,8 @@ pub(crate) struct Summary {
     /// Each captured reason's calls at the stack gate, and what became of
     /// them.
     pub(crate) gates: Vec<ReasonGate>,
+    /// --drill: each captured reason's calls by path.
+    pub(crate) drill: Vec<drill::DrillTree>,
     pub(crate) verify: Option<Verify>,
     /// Calls the site cache did not serve (new sites, deeper-frame rules,
     /// callers not found, fentry frames the quick read misses): the ones

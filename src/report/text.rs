@@ -196,6 +196,9 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
     if !sum.gates.is_empty() {
         s.push_str(&gates(&sum.gates));
     }
+    for t in &sum.drill {
+        s.push_str(&super::drill::text(t, sum.threshold));
+    }
     let (early, shown): (Vec<&ReasonStacks>, Vec<&ReasonStacks>) =
         sum.stacks.iter().partition(|st| background_only(sum, st));
     for st in shown {

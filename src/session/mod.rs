@@ -6,6 +6,7 @@
 
 mod background;
 mod capture;
+mod drill;
 mod ksyms;
 mod poll;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::symbolize::Symbols;
 
 use super::background::Kept;
 use super::capture::Capture;
+use super::drill;
 use super::ksyms::{self, LiveKsyms};
 use super::poll::Poller;
 use super::stacks::Stacks;
@@ -52,6 +53,8 @@ pub(crate) struct Options {
     pub(crate) max_rate: u64,
     /// Say why symbolization failed.
     pub(crate) verbose: bool,
+    /// --drill's deepest level (0: no --drill).
+    pub(crate) drill_levels: u32,
 }
 
 /// What the loop works on besides the probe.
@@ -587,6 +590,25 @@ impl<'a, 'obj> Run<'a, 'obj> {
             &self.mapper.reasons,
         );
         summary.drops.stacks_background_lost += self.stacks.kept.lost;
+        // A failed read costs the trees, not the summary.
+        match self
+            .probe
+            .maps()
+            .drills()
+            .then(|| self.probe.maps().drilled())
+        {
+            Some(Ok(d)) => {
+                summary.drill = drill::trees(
+                    &d,
+                    self.ksyms.get(),
+                    &self.mapper.reasons,
+                    self.opts.drill_levels,
+                    &summary.gates,
+                )
+            }
+            Some(Err(e)) => eprintln!("topdown: no drill-down: {e}"),
+            None => {}
+        }
         if let Some(b) = &self.opts.baseline {
             let now = Side {
                 calls: &summary.calls,

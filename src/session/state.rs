@@ -432,6 +432,7 @@ impl State {
             stacks_sent: st.stack(StackStat::TD_STACK_EMITTED),
             stacks_background: st.stack(StackStat::TD_STACK_BG_SENT),
             gates,
+            drill: Vec::new(),
             verify: end.verify_caller.then(|| Verify {
                 checked: st.get(Stat::TD_STAT_VERIFY_CHECKED),
                 mismatches: st.get(Stat::TD_STAT_VERIFY_MISMATCH),

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::reasons::{Claim, NameTable, ProcessCode};
 
 mod capture;
+mod drill;
 mod sites;
 mod user;
 
@@ -68,6 +69,10 @@ pub(crate) struct Maps {
     /// A tracepoint's learned frame distances (td_frame_cache; None for a
     /// pinned instance: not pinned, its program keeps it).
     frames: Option<MapHandle>,
+    /// --drill's calls by path, and those the full table left out, by
+    /// reason (None unless the object was loaded to drill).
+    paths: Option<MapHandle>,
+    paths_full: Option<MapHandle>,
     /// The global data as mapped into this process, and what this
     /// reader steers through it.
     ctl: Control,
@@ -233,6 +238,9 @@ impl Maps {
             ))
             .filter(|(s, _, _)| s.max_entries() > 1),
             frames: Some(handle(&m.frame_cache, "frame_cache")?),
+            // Sized to one entry where the run does not drill.
+            paths: Some(handle(&m.paths, "paths")?).filter(|p| p.max_entries() > 1),
+            paths_full: Some(handle(&m.paths_full, "paths_full")?),
             ctl: Control::map(&data, &bss, false)?,
             data,
             bss,
@@ -265,6 +273,8 @@ impl Maps {
             pids: None,
             user: None,
             frames: None,
+            paths: None,
+            paths_full: None,
             // A pinned instance's reader steers under a lease.
             ctl: Control::map(&data, &bss, true)?,
             data,

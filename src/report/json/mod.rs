@@ -7,6 +7,7 @@ use serde::{Serialize, Serializer};
 use crate::bpf::probe::Mode;
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 
+use crate::report::drill::{DrillNode, DrillTree};
 use crate::report::{
     CaptureSpan, Cost, Distribution, Drops, FilterInfo, Gate, IntervalReport, Pinned, ProcessCount,
     ReasonRow, ReasonStacks, Summary, Verify,
@@ -422,6 +423,10 @@ struct SummaryJson<'a> {
     /// sampled_out + rate_capped + ringbuf_full + not_kept + unseen +
     /// unnamed.
     capture_calls: Vec<GateJson<'a>>,
+    /// --drill: each captured reason's tree, every node's children
+    /// adding up to it (empty without --drill).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drill: Vec<DrillJson<'a>>,
     verify: Option<Verify>,
     uncached: u64,
     bpf: Cost,
@@ -476,6 +481,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
                 gate: g.gate,
             })
             .collect(),
+        drill: sum.drill.iter().map(DrillJson::of).collect(),
         verify: sum.verify,
         uncached: sum.uncached,
         bpf: sum.cost,
@@ -494,6 +500,41 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         filter: sum.filter.as_ref(),
         fix: sum.fix.as_deref(),
     })
+}
+
+/// A drilled reason: its tree, and the same as folded paths (each leaf's
+/// names from the caller up, joined by `;`).
+#[derive(Serialize)]
+struct DrillJson<'a> {
+    reason: &'a str,
+    levels: u32,
+    calls: u64,
+    captured_calls: Option<u64>,
+    tree: &'a [DrillNode],
+    paths: Vec<PathJson>,
+}
+
+#[derive(Serialize)]
+struct PathJson {
+    calls: u64,
+    path: String,
+}
+
+impl<'a> DrillJson<'a> {
+    fn of(t: &'a DrillTree) -> Self {
+        DrillJson {
+            reason: &t.reason,
+            levels: t.levels,
+            calls: t.root.calls,
+            captured_calls: t.captured_calls,
+            tree: &t.root.children,
+            paths: t
+                .folded()
+                .into_iter()
+                .map(|(path, calls)| PathJson { calls, path })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Serialize)]

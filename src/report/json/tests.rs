@@ -205,3 +205,28 @@ fn each_captured_reasons_calls_are_one_object_in_report_order() {
     );
     assert!(summary(&sample_summary(), 5).contains("\"capture_calls\":[]"));
 }
+
+#[test]
+fn a_drilled_reason_has_its_tree_and_folded_paths() {
+    let mut sum = sample_summary();
+    let path = |names: &[&str], n| (names.iter().map(|s| s.to_string()).collect(), n);
+    sum.drill = vec![crate::report::drill::tree(
+        "ZAP",
+        3,
+        Some(5),
+        &[path(&["zap", "a"], 3), path(&["zap", "b"], 2)],
+        0,
+    )];
+    let j = summary(&sum, 5);
+    // The guest tests grep the paths.
+    assert!(
+        j.contains(
+            "\"drill\":[{\"reason\":\"ZAP\",\"levels\":3,\"calls\":5,\"captured_calls\":5,\
+             \"tree\":[{\"name\":\"zap\",\"calls\":5,\"children\":[{\"name\":\"a\",\"calls\":3},\
+             {\"name\":\"b\",\"calls\":2}]}],\
+             \"paths\":[{\"calls\":3,\"path\":\"zap;a\"},{\"calls\":2,\"path\":\"zap;b\"}]}]"
+        ),
+        "{j}"
+    );
+    assert!(!summary(&sample_summary(), 5).contains("\"drill\""));
+}

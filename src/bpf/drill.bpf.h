@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * --drill: a captured reason's calls counted exactly by path, as well as by
+ * reason. The path is the caller's return address and the frames above it
+ * (td_path_key), from an unwind; user space merges return addresses into
+ * their functions and reads the tree level by level off the same counts,
+ * so every node's children add up to it. Only the captured reasons' calls
+ * come here (their sites are flagged, see capture.bpf.h): the others keep
+ * the common path. Included by topdown.bpf.c, after capture.bpf.h.
+ */
+#ifndef TOPDOWN_DRILL_H
+#define TOPDOWN_DRILL_H
+
+/* Calls by path, per CPU: exact sums without atomics. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, TD_MAX_PATHS);
+	__type(key, struct td_path_key);
+	__type(value, __u64);
+} paths SEC(".maps");
+
+/* A reason's calls whose path found the table full: counted, never lost. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TD_NR_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} paths_full SEC(".maps");
+
+/*
+ * The index in s->ips of the caller's frame, from an unwind of
+ * TD_UNWIND_FRAMES frames (bpf_get_stack zeroes what lies past the stack's
+ * end, so the frames read above it are this call's), or -1.
+ */
+static __always_inline int drill_unwind(void *ctx, struct td_scratch *s, __u64 ret,
+					enum td_kind kind, bool loops)
+{
+	long n;
+
+	if (kind != TD_TP) {
+		/* fentry and kprobes unwind as deep as this in unwind_caller */
+		s->caller = -1;
+		return caller_index(ctx, s, ret, kind, loops);
+	}
+	/* a tracepoint's own unwind stops at the firing frame: this one does not */
+	n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
+	if (n <= 0)
+		return -1;
+	return tp_firing(s, n / 8);
+}
+
+/*
+ * Counts the call under its path if its reason is captured: slot r, or
+ * where its site is pending (TD_SLOT_NONE) its caller's range's, as the
+ * stack gate takes it.
+ */
+static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_kind kind,
+				       bool loops)
+{
+	struct td_scratch *s;
+	struct td_path_key *k;
+	__u32 at, levels = cfg.drill_levels;
+	__u64 n, *full;
+	int ci;
+
+	if (r == TD_SLOT_NONE)
+		r = range_reason(ret, loops);
+	/* masked as well: 5.10's verifier loses the test's bound */
+	if (r >= TD_NR_SLOTS || !captured(r & (TD_NR_SLOTS - 1)))
+		return;
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return;
+	k = &s->path;
+	ci = drill_unwind(ctx, s, ret, kind, loops);
+	k->reason = r;
+	k->pad = 0;
+	k->f[0] = ret;
+	/* the padding after ips makes every read in bounds (see frames_above) */
+	at = ci & (TD_UNWIND_FRAMES - 1);
+	for (__u32 d = 1; d < TD_DRILL_FRAMES; d++)
+		k->f[d] = ci >= 0 && d < levels ? s->ips[at + d] : 0;
+	if (ci < 0)
+		k->f[1] = TD_NO_FRAMES;
+	if (count_in(&paths, k, &n) != TD_COUNT_FULL)
+		return;
+	full = bpf_map_lookup_elem(&paths_full, &r);
+	if (full)
+		(*full)++;
+}
+
+/* drill_body, without bpf_loop and with it: verified once each. */
+static __noinline void drill(void *ctx, __u64 ret, __u32 r, enum td_kind kind)
+{
+	drill_body(ctx, ret, r, kind, false);
+}
+
+static __noinline void drill_loop(void *ctx, __u64 ret, __u32 r, enum td_kind kind)
+{
+	drill_body(ctx, ret, r, kind, true);
+}
+
+#endif
