@@ -537,17 +537,20 @@ static __always_inline long entry_frame_step(__u32 i, struct td_frame_walk *w)
  * the unwind has none (a jumped-to trampoline on x86 7.x), `hint` (the
  * caller the cheap way found) if it is among the first frames, after those
  * of the BPF program (up to three deep: the program, count_slow, verify or
- * deep_reason) and the trampoline.
+ * deep_reason) and the trampoline. Unwinds `frames` frames at most (the
+ * unwind costs by the frame; at most TD_UNWIND_FRAMES).
  */
-static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
-					 __u64 hint, bool loops)
+static __always_inline int unwind_caller_in(void *ctx, struct td_scratch *s, enum td_kind kind,
+					    __u64 hint, bool loops, __u32 frames)
 {
 	struct td_frame_walk w = { .s = s, .func = func_ip(ctx, kind), .at = -1 };
 	long n;
 
 	if (kind == TD_TP)
 		return tp_unwind(ctx, s);
-	n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
+	/* 1 to TD_UNWIND_FRAMES, masked: a test's bound can be lost in a spill */
+	frames = ((frames - 1) & (TD_UNWIND_FRAMES - 1)) + 1;
+	n = bpf_get_stack(ctx, s->ips, frames * sizeof(s->ips[0]), 0);
 	if (n <= 0)
 		return -1;
 	w.n = n /= 8;
@@ -561,6 +564,12 @@ static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum t
 			return i;
 	}
 	return -1;
+}
+
+static __always_inline int unwind_caller(void *ctx, struct td_scratch *s, enum td_kind kind,
+					 __u64 hint, bool loops)
+{
+	return unwind_caller_in(ctx, s, kind, hint, loops, TD_UNWIND_FRAMES);
 }
 
 /*

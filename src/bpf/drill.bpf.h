@@ -28,25 +28,53 @@ struct {
 } paths_full SEC(".maps");
 
 /*
- * The index in s->ips of the caller's frame, from an unwind of
- * TD_UNWIND_FRAMES frames (bpf_get_stack zeroes what lies past the stack's
- * end, so the frames read above it are this call's), or -1.
+ * How deep the last drilled call had to unwind (its caller's index and the
+ * levels above it): the next one unwinds as deep first, as the unwind costs
+ * by the frame. Shared by the CPUs: a race costs a second unwind.
  */
-static __always_inline int drill_unwind(void *ctx, struct td_scratch *s, __u64 ret,
-					enum td_kind kind, bool loops)
+__u32 drill_frames;
+
+/*
+ * The index in s->ips of the caller's frame, from an unwind of `frames`
+ * frames (bpf_get_stack zeroes what lies past the stack's end, up to that
+ * many), or -1.
+ */
+static __always_inline int drill_unwind_in(void *ctx, struct td_scratch *s, __u64 ret,
+					   enum td_kind kind, bool loops, __u32 frames)
 {
 	long n;
 
-	if (kind != TD_TP) {
-		/* fentry and kprobes unwind as deep as this in unwind_caller */
-		s->caller = -1;
-		return caller_index(ctx, s, ret, kind, loops);
-	}
+	if (kind == TD_SELFTEST && cfg.synthetic_stack)
+		return synthetic_unwind(ctx, s);
+	if (kind != TD_TP)
+		return unwind_caller_in(ctx, s, kind, ret, loops, frames);
 	/* a tracepoint's own unwind stops at the firing frame: this one does not */
-	n = bpf_get_stack(ctx, s->ips, TD_UNWIND_FRAMES * sizeof(s->ips[0]), 0);
+	frames = ((frames - 1) & (TD_UNWIND_FRAMES - 1)) + 1;	/* as unwind_caller_in */
+	n = bpf_get_stack(ctx, s->ips, frames * sizeof(s->ips[0]), 0);
 	if (n <= 0)
 		return -1;
 	return tp_firing(s, n / 8);
+}
+
+/*
+ * The caller's index in s->ips, whose `levels` frames from it on are this
+ * call's: unwound as deep as the last call needed, and again all the way
+ * where that was not enough (the frames past an unwind's end would be
+ * another call's); or -1.
+ */
+static __always_inline int drill_unwind(void *ctx, struct td_scratch *s, __u64 ret,
+					enum td_kind kind, bool loops, __u32 levels)
+{
+	__u32 frames = *(volatile __u32 *)&drill_frames;
+	int ci = -1;
+
+	if (frames && frames < TD_UNWIND_FRAMES)
+		ci = drill_unwind_in(ctx, s, ret, kind, loops, frames);
+	if (!frames || frames >= TD_UNWIND_FRAMES || ci < 0 || ci + levels > frames)
+		ci = drill_unwind_in(ctx, s, ret, kind, loops, TD_UNWIND_FRAMES);
+	if (ci >= 0 && ci + levels != frames)
+		drill_frames = ci + levels;
+	return ci;
 }
 
 /*
@@ -72,7 +100,7 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 	if (!s)
 		return;
 	k = &s->path;
-	ci = drill_unwind(ctx, s, ret, kind, loops);
+	ci = drill_unwind(ctx, s, ret, kind, loops, levels);
 	k->reason = r;
 	k->pad = 0;
 	k->f[0] = ret;
