@@ -28,6 +28,39 @@ pub(crate) struct Drilled {
     pub(crate) full: Vec<(u32, u64)>,
 }
 
+impl Drilled {
+    /// The calls since `before`, a reading of the same table (counts only
+    /// grow): paths and full counts with none left out.
+    pub(crate) fn since(&self, before: &Drilled) -> Drilled {
+        let was = |p: &DrilledPath| {
+            before
+                .paths
+                .iter()
+                .find(|b| b.slot == p.slot && b.unwound == p.unwound && b.frames == p.frames)
+                .map_or(0, |b| b.calls)
+        };
+        let paths = self
+            .paths
+            .iter()
+            .map(|p| DrilledPath {
+                calls: p.calls.saturating_sub(was(p)),
+                ..p.clone()
+            })
+            .filter(|p| p.calls > 0)
+            .collect();
+        let full = self
+            .full
+            .iter()
+            .map(|&(slot, n)| {
+                let b = before.full.iter().find(|b| b.0 == slot).map_or(0, |b| b.1);
+                (slot, n.saturating_sub(b))
+            })
+            .filter(|f| f.1 > 0)
+            .collect();
+        Drilled { paths, full }
+    }
+}
+
 /// A path key's words as a DrilledPath with `calls`.
 pub(crate) fn path_of(words: &[u64], calls: u64) -> Option<DrilledPath> {
     let (&w0, frames) = words.split_first()?;
@@ -71,6 +104,27 @@ mod tests {
                 calls: 5
             }
         );
+    }
+
+    #[test]
+    fn an_interval_is_the_difference_of_two_readings() {
+        let path = |frames: &[u64], calls| DrilledPath {
+            slot: 2,
+            frames: frames.to_vec(),
+            unwound: true,
+            calls,
+        };
+        let before = Drilled {
+            paths: vec![path(&[1, 2], 5), path(&[1, 3], 4)],
+            full: vec![(2, 1)],
+        };
+        let now = Drilled {
+            paths: vec![path(&[1, 2], 9), path(&[1, 3], 4), path(&[1, 4], 2)],
+            full: vec![(2, 3)],
+        };
+        let d = now.since(&before);
+        assert_eq!(d.paths, vec![path(&[1, 2], 4), path(&[1, 4], 2)]);
+        assert_eq!(d.full, vec![(2, 2)]);
     }
 
     #[test]

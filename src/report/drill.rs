@@ -21,7 +21,7 @@ pub(crate) struct DrillNode {
 
 /// One drilled reason's tree: the root is the reason, its children the
 /// caller functions, theirs the functions that called those, and so on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DrillTree {
     pub(crate) reason: String,
     /// --drill-levels: the root's children are level 1's callers.
@@ -29,6 +29,9 @@ pub(crate) struct DrillTree {
     /// The reason's calls the stack gate saw while it was captured (the
     /// calls the paths were counted from), where known.
     pub(crate) captured_calls: Option<u64>,
+    /// --threshold: a node's split is shown where it holds this percent
+    /// of its parent.
+    pub(crate) threshold: f64,
     pub(crate) root: DrillNode,
 }
 
@@ -68,7 +71,7 @@ impl DrillNode {
 /// ones), the calls the full table left out under [paths full].
 pub(crate) fn tree(
     reason: &str,
-    levels: u32,
+    (levels, threshold): (u32, f64),
     captured_calls: Option<u64>,
     paths: &[(Vec<String>, u64)],
     full: u64,
@@ -89,6 +92,7 @@ pub(crate) fn tree(
         reason: reason.to_string(),
         levels,
         captured_calls,
+        threshold,
         root,
     }
 }
@@ -113,6 +117,77 @@ impl DrillTree {
         }
         out
     }
+}
+
+/// Where a drilled reason's calls fell between two runs: the node (its
+/// names from the caller up) whose share of the reason's calls fell the
+/// most, found level by level, and its share before and now (percent).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeDrop {
+    pub(crate) reason: String,
+    pub(crate) path: Vec<String>,
+    pub(crate) before: f64,
+    pub(crate) now: f64,
+}
+
+/// Each node's share of all the paths' calls, by its names from the caller up.
+fn node_shares(paths: &[(Vec<String>, u64)]) -> Vec<(Vec<String>, f64)> {
+    let total: u64 = paths.iter().map(|p| p.1).sum();
+    let mut nodes: Vec<(Vec<String>, u64)> = Vec::new();
+    for (names, calls) in paths {
+        for end in 1..=names.len() {
+            let prefix = &names[..end];
+            match nodes.iter_mut().find(|n| n.0 == prefix) {
+                Some(n) => n.1 += calls,
+                None => nodes.push((prefix.to_vec(), *calls)),
+            }
+        }
+    }
+    nodes
+        .into_iter()
+        .map(|(p, n)| (p, share(n, total)))
+        .collect()
+}
+
+/// The node of `reason` whose share of its calls fell the most from
+/// `before` to `now` (each run's paths), found top-down as toplev's
+/// drill-down does: from the root, the child whose share fell the most,
+/// while it carries at least 80% of its parent's fall (down a chain whose
+/// share held, such as the reason's one caller). None if no node's share
+/// fell.
+pub(crate) fn node_drop(
+    reason: &str,
+    before: &[(Vec<String>, u64)],
+    now: &[(Vec<String>, u64)],
+) -> Option<NodeDrop> {
+    let (b, n) = (node_shares(before), node_shares(now));
+    let of =
+        |v: &[(Vec<String>, f64)], p: &[String]| v.iter().find(|x| x.0 == p).map_or(0.0, |x| x.1);
+    let fall = |p: &[String]| of(&b, p) - of(&n, p);
+    let mut at: Vec<String> = Vec::new();
+    let mut parent_fall = 0.0f64;
+    loop {
+        let depth = at.len() + 1;
+        let child = b
+            .iter()
+            .chain(n.iter())
+            .filter(|x| x.0.len() == depth && x.0[..depth - 1] == at[..])
+            .map(|x| (fall(&x.0), &x.0))
+            .max_by(|x, y| x.0.total_cmp(&y.0).then_with(|| y.1.cmp(x.1)));
+        match child {
+            Some((f, p)) if f >= 0.0 && f >= 0.8 * parent_fall => {
+                at = p.clone();
+                parent_fall = f;
+            }
+            _ => break,
+        }
+    }
+    (fall(&at) > 0.0).then(|| NodeDrop {
+        reason: reason.to_string(),
+        before: of(&b, &at),
+        now: of(&n, &at),
+        path: at,
+    })
 }
 
 fn share(n: u64, of: u64) -> f64 {
@@ -173,12 +248,12 @@ impl Lines {
 
 /// The tree as indented text: each line a chain of functions (the caller
 /// first, `<-` its caller), its calls and its share of the line above. A
-/// node's split is shown where it holds `threshold` percent of its parent,
-/// as capture's trigger does for reasons.
-pub(crate) fn text(t: &DrillTree, threshold: f64) -> String {
+/// node's split is shown where it holds the tree's threshold percent of
+/// its parent, as capture's trigger does for reasons.
+pub(crate) fn text(t: &DrillTree) -> String {
     let mut lines = Lines {
         out: String::new(),
-        threshold,
+        threshold: t.threshold,
     };
     let of = match t.captured_calls {
         Some(c) => format!(" of its {c} calls seen while captured"),
@@ -213,7 +288,7 @@ mod tests {
     fn two_paths() -> DrillTree {
         tree(
             "zap_pte_range",
-            6,
+            (6, 80.0),
             Some(1002),
             &[
                 p(
@@ -262,6 +337,34 @@ mod tests {
     }
 
     #[test]
+    fn the_fall_is_found_at_the_node_that_lost_its_calls() {
+        let before = [
+            p(&["zap", "walk", "unmap_vmas", "munmap"], 75),
+            p(&["zap", "walk", "zap_single", "madvise"], 25),
+        ];
+        let now = [p(&["zap", "walk", "unmap_vmas", "munmap"], 40)];
+        let d = node_drop("zap", &before, &now).unwrap();
+        assert_eq!(d.path, ["zap", "walk", "zap_single", "madvise"]);
+        assert_eq!((d.before, d.now), (25.0, 0.0));
+        // Nothing fell: no node.
+        assert_eq!(node_drop("zap", &before, &before), None);
+        // Two sub-paths that fell alike: the fall stops above them.
+        let before = [
+            p(&["zap", "a", "x"], 40),
+            p(&["zap", "a", "y"], 40),
+            p(&["zap", "b"], 20),
+        ];
+        let now = [
+            p(&["zap", "b"], 20),
+            p(&["zap", "a", "x"], 10),
+            p(&["zap", "a", "y"], 10),
+        ];
+        let d = node_drop("zap", &before, &now).unwrap();
+        assert_eq!(d.path, ["zap", "a"]);
+        assert_eq!((d.before, d.now), (80.0, 50.0));
+    }
+
+    #[test]
     fn folded_paths_are_the_leaves() {
         let f = two_paths().folded();
         assert_eq!(f.len(), 5);
@@ -279,7 +382,7 @@ mod tests {
 
     #[test]
     fn the_text_splits_dominant_nodes_and_marks_the_deepest() {
-        let s = text(&two_paths(), 80.0);
+        let s = text(&two_paths());
         assert!(s.contains("zap_pte_range by path (--drill, exact, 6 levels): 1002 calls of its 1002 calls seen"), "{s}");
         assert!(s.contains("\n    zap_pte_range  1001  99.9%\n"), "{s}");
         assert!(s.contains("      zap_pmd_range  1000  99.9%  <==\n"), "{s}");
@@ -297,7 +400,10 @@ mod tests {
 
     #[test]
     fn a_lower_threshold_goes_further_down() {
-        let s = text(&two_paths(), 20.0);
+        let s = text(&DrillTree {
+            threshold: 20.0,
+            ..two_paths()
+        });
         assert!(s.contains("          madvise  240  96.0%  <==\n"), "{s}");
         assert!(s.contains("          other  10  4.0%\n"), "{s}");
     }

@@ -175,6 +175,8 @@ pub(crate) struct IntervalReport {
     pub(crate) compare: Option<Vec<Change>>,
     /// The interval's drops.
     pub(crate) drops: Drops,
+    /// --drill: the interval's calls of each drilled reason by path.
+    pub(crate) drill: Vec<drill::DrillTree>,
 }
 
 /// Drops and misses: calls not counted under their true reason, or stacks
@@ -613,6 +615,9 @@ pub(crate) struct Comparison {
     /// Where the load went, if it moved to another reason.
     pub(crate) load_moved: Option<LoadMoved>,
     pub(crate) fix_applied: FixApplied,
+    /// --drill in both runs: the node of the baseline's hot reason whose
+    /// share of the reason's calls fell the most, found level by level.
+    pub(crate) drill_drop: Option<drill::NodeDrop>,
 }
 
 // A result file (`--save`), as saved.rs reads and writes it.
@@ -695,4 +700,22 @@ pub(crate) struct Saved {
     pub(crate) fix: Option<String>,
     #[serde(default)]
     pub(crate) system: Option<SystemState>,
+    /// --drill: each drilled reason's calls by path (added within version
+    /// 2: missing, none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) drill: Vec<SavedDrill>,
+}
+
+/// A drilled reason's paths as saved: each leaf's names from the caller
+/// up, with its calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedDrill {
+    pub(crate) reason: String,
+    pub(crate) paths: Vec<SavedPath>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedPath {
+    pub(crate) calls: u64,
+    pub(crate) path: Vec<String>,
 }

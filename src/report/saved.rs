@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
 use crate::report::{
-    Distribution, Pinned, ReasonRow, Saved, SavedRow, SavedStack, SavedStacks, Summary,
+    Distribution, Pinned, ReasonRow, Saved, SavedDrill, SavedPath, SavedRow, SavedStack,
+    SavedStacks, Summary,
 };
 
 /// The `format` of a result file, and the newest version this topdown
@@ -96,6 +97,21 @@ impl Saved {
                 })
                 .collect(),
             drops: sum.drops,
+            drill: sum
+                .drill
+                .iter()
+                .map(|t| SavedDrill {
+                    reason: t.reason.clone(),
+                    paths: t
+                        .folded()
+                        .into_iter()
+                        .map(|(path, calls)| SavedPath {
+                            calls,
+                            path: path.split(';').map(String::from).collect(),
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
     }
 
@@ -131,6 +147,7 @@ impl Saved {
             system: p.system.clone(),
             stacks: Vec::new(),
             drops: p.drops,
+            drill: Vec::new(),
         }
     }
 
@@ -461,6 +478,7 @@ pub(crate) mod tests {
                 }],
             }],
             drops: Drops::default(),
+            drill: Vec::new(),
             top_reason: Some("ZAP".into()),
             threshold: Some(80.0),
             fix: Some("before: THP defaults".into()),
@@ -514,6 +532,24 @@ pub(crate) mod tests {
             "{text}"
         );
         assert_eq!(Saved::parse(&text, Some("deferred_split_folio")), Ok(s));
+        // --drill's paths, and a file without them (read as none).
+        let drilled = Saved {
+            drill: vec![SavedDrill {
+                reason: "ZAP".into(),
+                paths: vec![SavedPath {
+                    calls: 3,
+                    path: vec!["zap".into(), "[stack end]".into()],
+                }],
+            }],
+            ..sample()
+        };
+        let text = drilled.to_json();
+        assert!(text.contains(",\"drill\":[{\"reason\":\"ZAP\",\"paths\":[{\"calls\":3,\"path\":[\"zap\",\"[stack end]\"]}]}]"), "{text}");
+        assert_eq!(
+            Saved::parse(&text, Some("deferred_split_folio")),
+            Ok(drilled)
+        );
+        assert!(!sample().to_json().contains("drill"));
     }
 
     #[test]

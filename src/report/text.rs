@@ -73,6 +73,9 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize, fit: Fit) -> String {
     for st in iv.stacks.iter().filter(|st| st.total() > 0) {
         s.push_str(&stacks(st, top, None));
     }
+    for t in iv.drill.iter().filter(|t| t.root.calls > 0) {
+        s.push_str(&super::drill::text(t));
+    }
     s
 }
 
@@ -197,7 +200,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         s.push_str(&gates(&sum.gates));
     }
     for t in &sum.drill {
-        s.push_str(&super::drill::text(t, sum.threshold));
+        s.push_str(&super::drill::text(t));
     }
     let (early, shown): (Vec<&ReasonStacks>, Vec<&ReasonStacks>) =
         sum.stacks.iter().partition(|st| background_only(sum, st));
@@ -459,6 +462,7 @@ mod tests {
 
     fn report(calls: Distribution) -> IntervalReport {
         IntervalReport {
+            drill: Vec::new(),
             unix_time: 1.5,
             clock: "12:00:00".into(),
             calls,

@@ -104,6 +104,16 @@ pub(crate) fn before_after(s: &mut String, cmp: &Comparison) {
     }
     let v = &cmp.verdict;
     let _ = writeln!(s, "  {}: {}", v.outcome.phase().name(), v.why);
+    if let Some(d) = &cmp.drill_drop {
+        let _ = writeln!(
+            s,
+            "  by path (--drill): of {}'s calls, {} fell from {:.1}% to {:.1}%",
+            d.reason,
+            d.path.join(" <- "),
+            d.before,
+            d.now
+        );
+    }
     if let Some(m) = &cmp.load_moved {
         let _ = writeln!(s, "  {}", load_moved(m));
     }

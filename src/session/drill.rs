@@ -17,12 +17,14 @@ fn frame_name(ksyms: &Kallsyms, ret: u64) -> String {
 }
 
 /// A tree for each reason with paths, in slot order; `levels`: the frames a
-/// path holds at most (a shorter one reached the stack's end).
+/// path holds at most (a shorter one reached the stack's end), and the
+/// threshold its text splits nodes at; `gates`: the reasons' calls seen
+/// while captured, where known (the summary's).
 pub(super) fn trees(
     d: &Drilled,
     ksyms: &Kallsyms,
     reasons: &Reasons,
-    levels: u32,
+    levels: (u32, f64),
     gates: &[ReasonGate],
 ) -> Vec<DrillTree> {
     let mut slots: Vec<u32> = d
@@ -45,7 +47,7 @@ pub(super) fn trees(
                         p.frames.iter().map(|&f| frame_name(ksyms, f)).collect();
                     if !p.unwound {
                         names.push(UNKNOWN.to_string());
-                    } else if (p.frames.len() as u32) < levels {
+                    } else if (p.frames.len() as u32) < levels.0 {
                         names.push(STACK_END.to_string());
                     }
                     (names, p.calls)

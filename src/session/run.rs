@@ -11,6 +11,7 @@ use crate::bpf::ctl::mono_ns;
 use crate::bpf::maps::Maps;
 use crate::bpf::percpu::Stats;
 use crate::bpf::probe::{Mode, Probe, ProgStats};
+use crate::bpf::Drilled;
 use crate::error::{Error, Result};
 use crate::filter::{Filter, Proc};
 use crate::kallsyms::Kallsyms;
@@ -123,6 +124,8 @@ pub(super) struct Run<'a, 'obj> {
     woken_poll: Option<Instant>,
     /// See Context::background.
     background: bool,
+    /// --drill: the path table at the last interval's print.
+    drill_before: Drilled,
 }
 
 /// The least time between two polls made because a uprobe's program woke
@@ -244,6 +247,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
             busy_warned: false,
             woken_poll: None,
             background,
+            drill_before: Drilled::default(),
         })
     }
 
@@ -507,6 +511,9 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 },
             ));
         }
+        if self.probe.maps().drills() && !self.opts.quiet {
+            report.drill = self.interval_drill()?;
+        }
         if !self.opts.quiet {
             // The screen's width now: a terminal may be resized mid-run.
             let fit = Fit {
@@ -523,6 +530,21 @@ impl<'a, 'obj> Run<'a, 'obj> {
             self.next_print += self.opts.interval;
         }
         Ok(())
+    }
+
+    /// The interval's calls of each drilled reason by path: the path
+    /// table read once a print, against the last reading.
+    fn interval_drill(&mut self) -> Result<Vec<report::drill::DrillTree>> {
+        let now = self.probe.maps().drilled()?;
+        let trees = drill::trees(
+            &now.since(&self.drill_before),
+            self.ksyms.get(),
+            &self.mapper.reasons,
+            (self.opts.drill_levels, self.state.threshold()),
+            &[],
+        );
+        self.drill_before = now;
+        Ok(trees)
     }
 
     /// Detaches, reads the final counts, prints the summary (compared
@@ -602,7 +624,7 @@ impl<'a, 'obj> Run<'a, 'obj> {
                     &d,
                     self.ksyms.get(),
                     &self.mapper.reasons,
-                    self.opts.drill_levels,
+                    (self.opts.drill_levels, summary.threshold),
                     &summary.gates,
                 )
             }
@@ -615,7 +637,8 @@ impl<'a, 'obj> Run<'a, 'obj> {
                 named: &summary.named,
                 gone: &self.exits,
             };
-            let cmp = compare::compare(b, now, &self.info);
+            let mut cmp = compare::compare(b, now, &self.info);
+            compare::add_drill(&mut cmp, &summary.drill);
             summary.phase = cmp.verdict.outcome.phase();
             summary.compare = Some(cmp);
         }

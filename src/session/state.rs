@@ -275,6 +275,7 @@ impl State {
             })
             .collect();
         IntervalReport {
+            drill: Vec::new(),
             unix_time,
             clock,
             calls: iv.named(reasons),

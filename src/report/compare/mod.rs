@@ -4,6 +4,7 @@
 //! `jobs` turns the verdict into the exit status.
 
 use crate::reasons::{NOT_FOUND_NAME, SITES_FULL_NAME};
+use crate::report::drill::{self, DrillTree};
 use crate::report::{
     is_hot, Baseline, Change, Comparison, Distribution, Fig, FixApplied, LoadMoved, Outcome,
     RunInfo, Saved, SystemChange, Verdict, VerifyConfig,
@@ -386,6 +387,38 @@ pub(crate) fn compare(base: &Baseline, now: Side<'_>, info: &RunInfo) -> Compari
         warnings,
         load_moved,
         fix_applied: fix_applied(&base.saved, info),
+        drill_drop: None,
+    }
+}
+
+/// --drill in the baseline and in this run (`now`): where the baseline's
+/// hot reason's calls fell, node by node; a verified fix names the node.
+pub(crate) fn add_drill(cmp: &mut Comparison, now: &[DrillTree]) {
+    let Some(reason) = cmp.verdict.reason.clone() else {
+        return;
+    };
+    let before = cmp.baseline.drill.iter().find(|d| d.reason == reason);
+    let (Some(before), Some(now)) = (before, now.iter().find(|t| t.reason == reason)) else {
+        return;
+    };
+    let before: Vec<(Vec<String>, u64)> = before
+        .paths
+        .iter()
+        .map(|p| (p.path.clone(), p.calls))
+        .collect();
+    let now: Vec<(Vec<String>, u64)> = now
+        .folded()
+        .into_iter()
+        .map(|(p, n)| (p.split(';').map(String::from).collect(), n))
+        .collect();
+    cmp.drill_drop = drill::node_drop(&reason, &before, &now);
+    if let (Outcome::Verified, Some(d)) = (cmp.verdict.outcome, &cmp.drill_drop) {
+        cmp.verdict.why.push_str(&format!(
+            "; by path, {} fell from {:.1}% to {:.1}% of its calls",
+            d.path.join(" <- "),
+            d.before,
+            d.now
+        ));
     }
 }
 

@@ -218,6 +218,17 @@ struct CompareFields<'a> {
     verdict: Option<VerdictJson<'a>>,
     load_moved: Option<LoadMovedJson<'a>>,
     fix_applied: Option<FixAppliedJson<'a>>,
+    drill_drop: Option<DrillDropJson<'a>>,
+}
+
+/// --drill in both runs: the node whose share of the hot reason's calls
+/// fell the most (percent of the reason's calls).
+#[derive(Serialize)]
+struct DrillDropJson<'a> {
+    reason: &'a str,
+    path: &'a [String],
+    share_before: Num,
+    share: Num,
 }
 
 fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
@@ -228,6 +239,7 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             verdict: None,
             load_moved: None,
             fix_applied: None,
+            drill_drop: None,
         };
     };
     let b = &c.baseline;
@@ -276,6 +288,12 @@ fn comparison(cmp: Option<&Comparison>) -> CompareFields<'_> {
             share_before: m.share_before.map(Num),
         }),
         fix_applied: Some(fix_applied(&c.fix_applied)),
+        drill_drop: c.drill_drop.as_ref().map(|d| DrillDropJson {
+            reason: &d.reason,
+            path: &d.path,
+            share_before: Num(d.before),
+            share: Num(d.now),
+        }),
     }
 }
 
@@ -309,6 +327,8 @@ struct IntervalJson<'a> {
     stacks_by_reason: Vec<StackSet<'a>>,
     compare: Option<Vec<ChangeJson<'a>>>,
     drops: Drops,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drill: Vec<DrillJson<'a>>,
 }
 
 fn stack_sets(sets: &[ReasonStacks], top: usize) -> Vec<StackSet<'_>> {
@@ -340,6 +360,7 @@ pub(crate) fn interval(iv: &IntervalReport, top: usize) -> String {
         stacks_by_reason: stack_sets(&iv.stacks, top),
         compare: iv.compare.as_deref().map(changes),
         drops: iv.drops,
+        drill: iv.drill.iter().map(DrillJson::of).collect(),
     })
 }
 
@@ -439,6 +460,8 @@ struct SummaryJson<'a> {
     verdict: Option<VerdictJson<'a>>,
     load_moved: Option<LoadMovedJson<'a>>,
     fix_applied: Option<FixAppliedJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drill_drop: Option<DrillDropJson<'a>>,
     filter: Option<&'a FilterInfo>,
     fix: Option<&'a str>,
 }
@@ -497,6 +520,7 @@ pub(crate) fn summary(sum: &Summary, top: usize) -> String {
         verdict: c.verdict,
         load_moved: c.load_moved,
         fix_applied: c.fix_applied,
+        drill_drop: c.drill_drop,
         filter: sum.filter.as_ref(),
         fix: sum.fix.as_deref(),
     })

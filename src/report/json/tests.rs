@@ -15,6 +15,7 @@ fn numbers_are_rounded_and_integral_ones_plain() {
 #[test]
 fn interval_shape() {
     let iv = IntervalReport {
+        drill: Vec::new(),
         unix_time: 1.5,
         clock: "x".into(),
         calls: sample_calls(),
@@ -27,6 +28,7 @@ fn interval_shape() {
         "{\"type\":\"interval\",\"schema\":2,\"time\":1.5,\"secs\":2,\"total\":40,\"rate\":20,\"reasons\":[{\"reason\":\"do_huge_pmd_anonymous_page\",\"count\":30,\"rate\":15,\"share\":75},{\"reason\":\"folio_remove_rmap_ptes\",\"count\":10,\"rate\":5,\"share\":25}],\"stack_reason\":null,\"stacks_captured\":0,\"stacks\":[],\"stacks_by_reason\":[],\"compare\":null,\"drops\":{\"caller_not_found\":0,\"sites_full\":0,\"recursion_misses\":0,\"deep_unwind_failed\":0,\"stacks_sampled_out\":0,\"stacks_rate_capped\":0,\"stacks_ringbuf_full\":0,\"stacks_background_lost\":0,\"own_calls\":0}}"
     );
     let iv = IntervalReport {
+        drill: Vec::new(),
         stacks: vec![stacks_of("ZAP", &[(&["a\"b"], 2)])],
         ..iv
     };
@@ -40,6 +42,7 @@ fn interval_shape() {
 #[test]
 fn an_interval_with_two_reasons_captured_lists_both() {
     let iv = IntervalReport {
+        drill: Vec::new(),
         unix_time: 1.5,
         clock: "x".into(),
         calls: sample_calls(),
@@ -212,7 +215,7 @@ fn a_drilled_reason_has_its_tree_and_folded_paths() {
     let path = |names: &[&str], n| (names.iter().map(|s| s.to_string()).collect(), n);
     sum.drill = vec![crate::report::drill::tree(
         "ZAP",
-        3,
+        (3, 80.0),
         Some(5),
         &[path(&["zap", "a"], 3), path(&["zap", "b"], 2)],
         0,
