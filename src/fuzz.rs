@@ -493,3 +493,40 @@ fn fuzz_json_writers() {
     };
     fuzz("json", pinned_strategy(), check, None);
 }
+
+/// --drill's trees from any paths: every node's children add up to it, the
+/// root to all the paths' calls and the full table's, the folded paths give
+/// the calls back, and a node's fall between two sets of paths is a fall.
+#[test]
+fn fuzz_drill_trees() {
+    use crate::report::drill::{node_drop, tree};
+    fn sums_hold(n: &crate::report::drill::DrillNode) -> bool {
+        n.children.is_empty()
+            || (n.children.iter().map(|c| c.calls).sum::<u64>() == n.calls
+                && n.children.iter().all(sums_hold))
+    }
+    // As the kernel counts them: 5 levels, or fewer and the stack's end.
+    let name = prop_oneof![Just("a"), Just("b"), Just("c")];
+    let path = (prop::collection::vec(name, 1..6), 1u64..1000).prop_map(|(p, n)| {
+        let mut p: Vec<String> = p.into_iter().map(String::from).collect();
+        if p.len() < 5 {
+            p.push("[stack end]".into());
+        }
+        (p, n)
+    });
+    let paths = prop::collection::vec(path, 0..12);
+    let strategy = (paths.clone(), paths, 0u64..50);
+    type Paths = Vec<(Vec<String>, u64)>;
+    let check = |(before, now, full): (Paths, Paths, u64)| {
+        let t = tree("R", (8, 80.0), None, &now, full);
+        let total: u64 = now.iter().map(|p| p.1).sum();
+        assert_eq!(t.root.calls, total + full);
+        assert!(sums_hold(&t.root), "{now:?}");
+        assert_eq!(t.folded().iter().map(|f| f.1).sum::<u64>(), total + full);
+        if let Some(d) = node_drop("R", &before, &now) {
+            assert!(d.before > d.now, "{d:?}");
+        }
+        let _ = crate::report::drill::text(&t);
+    };
+    fuzz("drill-trees", strategy, check, None);
+}
