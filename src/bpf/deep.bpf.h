@@ -119,12 +119,14 @@ static __always_inline bool frame_hit(__u64 e, __u64 ret)
 }
 
 /*
- * The cfg.deep_depth frames above the firing frame (return address ret,
- * at ctx + tp_off) into s->early.frames, read with the learned distances,
- * as frames_above leaves them; false if a distance is not known or a
- * frame read is no learned return address.
+ * The `depth` frames above the firing frame (return address ret, at ctx +
+ * tp_off; cfg.deep_depth for the rules, --drill's levels above the caller)
+ * into s->early.frames, read with the learned distances, as frames_above
+ * leaves them; false if a distance is not known or a frame read is no
+ * learned return address.
  */
-static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u64 ret)
+static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u64 ret,
+					    __u32 depth)
 {
 	struct td_frame_cache *f = bpf_map_lookup_elem(&frame_cache, &zero);
 	__u64 at, last, r = ret, e;
@@ -142,7 +144,7 @@ static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u
 		return false;
 	last += TD_STACK_BYTES - TD_LAST_SLOT;
 	for (d = 0; d < TD_MAX_RULE_DEPTH; d++) {
-		if (d >= cfg.deep_depth || end) {
+		if (d >= depth || end) {
 			s->early.frames[d] = 0;
 			continue;
 		}
@@ -225,11 +227,11 @@ static long frame_scan_step(__u32 i, struct td_scan_walk *w)
 
 /*
  * Learns the distances of the frames at s->ips[ci] (the firing frame's
- * return address) and above, up to the profile's depth: see above.
- * One call in eight per CPU tries, so that a path that cannot be learned
- * costs little more than its unwind.
+ * return address) and above, `depth` of them (the profile's, or --drill's):
+ * see above. One call in eight per CPU tries, so that a path that cannot
+ * be learned costs little more than its unwind.
  */
-static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci)
+static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci, __u32 depth)
 {
 	struct td_frame_cache *f = bpf_map_lookup_elem(&frame_cache, &zero);
 	struct td_frame_scan *t = bpf_map_lookup_elem(&frame_scan, &zero);
@@ -252,7 +254,7 @@ static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci)
 	if (slot - base >= TD_STACK_BYTES - 8)
 		return;
 	for (k = 0; k < TD_LEARN; k++) {
-		__u64 ip = k <= cfg.deep_depth ? s->ips[c + k] : 0;
+		__u64 ip = k <= depth ? s->ips[c + k] : 0;
 
 		t->seen[k] = 0;
 		t->at[k] = 0;
@@ -377,7 +379,7 @@ static __noinline void tp_check_frames(void *ctx, struct td_scratch *s, __u64 re
 		return;
 	for (d = 0; d < TD_MAX_RULE_DEPTH; d++)
 		t->check[d] = s->early.frames[d];
-	if (!tp_quick_frames(ctx, s, ret)) {
+	if (!tp_quick_frames(ctx, s, ret, cfg.deep_depth)) {
 		for (d = 0; d < TD_MAX_RULE_DEPTH; d++)
 			s->early.frames[d] = t->check[d];
 		return;
@@ -421,7 +423,7 @@ static __always_inline __u32 rules_reason(void *ctx, struct td_scratch *s, __u64
 		frames_above(s, ci);
 		/* the frames learned, for the next calls to read (see above) */
 		if (kind == TD_TP && loops && TD_QUICK_FRAMES) {
-			tp_learn_frames(ctx, s, ci);
+			tp_learn_frames(ctx, s, ci, cfg.deep_depth);
 			if (cfg.verify_caller)
 				tp_check_frames(ctx, s, ret);
 		}
@@ -470,7 +472,7 @@ static __always_inline __u32 tp_quick_reason(void *ctx, __u64 ret, bool loops)
 	if (dc < 0)
 		return TD_SLOT_NONE;
 	s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s || !tp_quick_frames(ctx, s, ret))
+	if (!s || !tp_quick_frames(ctx, s, ret, cfg.deep_depth))
 		return TD_SLOT_NONE;
 	return rules_reason(ctx, s, ret, dc, TD_TP, loops, false);
 }

@@ -100,16 +100,28 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 	if (!s)
 		return;
 	k = &s->path;
-	ci = drill_unwind(ctx, s, ret, kind, loops, levels);
 	k->reason = r;
 	k->pad = 0;
 	k->f[0] = ret;
-	/* the padding after ips makes every read in bounds (see frames_above) */
-	at = ci & (TD_UNWIND_FRAMES - 1);
-	for (__u32 d = 1; d < TD_DRILL_FRAMES; d++)
-		k->f[d] = ci >= 0 && d < levels ? s->ips[at + d] : 0;
-	if (ci < 0)
-		k->f[1] = TD_NO_FRAMES;
+	/*
+	 * A tracepoint's frames read at their learned distances where they
+	 * were learned (x86-64, 5.17 on; see deep.bpf.h), as the unwind
+	 * would give them: one load a frame.
+	 */
+	if (kind == TD_TP && loops && TD_QUICK_FRAMES && tp_quick_frames(ctx, s, ret, levels - 1)) {
+		for (__u32 d = 1; d < TD_DRILL_FRAMES; d++)
+			k->f[d] = d < levels ? s->early.frames[d - 1] : 0;
+	} else {
+		ci = drill_unwind(ctx, s, ret, kind, loops, levels);
+		/* the padding after ips makes every read in bounds (see frames_above) */
+		at = ci & (TD_UNWIND_FRAMES - 1);
+		for (__u32 d = 1; d < TD_DRILL_FRAMES; d++)
+			k->f[d] = ci >= 0 && d < levels ? s->ips[at + d] : 0;
+		if (ci < 0)
+			k->f[1] = TD_NO_FRAMES;
+		else if (kind == TD_TP && loops && TD_QUICK_FRAMES)
+			tp_learn_frames(ctx, s, ci, levels - 1);
+	}
 	if (count_in(&paths, k, &n) != TD_COUNT_FULL)
 		return;
 	full = bpf_map_lookup_elem(&paths_full, &r);
@@ -117,15 +129,32 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 		(*full)++;
 }
 
-/* drill_body, without bpf_loop and with it: verified once each. */
+/*
+ * drill_body, without bpf_loop and with it, for the kind as a constant:
+ * passed as an argument, it can be spilled and refilled unknown (a
+ * program type would then be checked for helpers of another's).
+ */
+static __always_inline void drill_kind(void *ctx, __u64 ret, __u32 r, enum td_kind kind,
+				       bool loops)
+{
+	if (kind == TD_TP)
+		drill_body(ctx, ret, r, TD_TP, loops);
+	else if (kind == TD_FENTRY)
+		drill_body(ctx, ret, r, TD_FENTRY, loops);
+	else if (kind == TD_KPROBE)
+		drill_body(ctx, ret, r, TD_KPROBE, loops);
+	else
+		drill_body(ctx, ret, r, TD_SELFTEST, loops);
+}
+
 static __noinline void drill(void *ctx, __u64 ret, __u32 r, enum td_kind kind)
 {
-	drill_body(ctx, ret, r, kind, false);
+	drill_kind(ctx, ret, r, kind, false);
 }
 
 static __noinline void drill_loop(void *ctx, __u64 ret, __u32 r, enum td_kind kind)
 {
-	drill_body(ctx, ret, r, kind, true);
+	drill_kind(ctx, ret, r, kind, true);
 }
 
 #endif
