@@ -119,14 +119,14 @@ static __always_inline bool frame_hit(__u64 e, __u64 ret)
 }
 
 /*
- * The `depth` frames above the firing frame (return address ret, at ctx +
- * tp_off; cfg.deep_depth for the rules, --drill's levels above the caller)
- * into s->early.frames, read with the learned distances, as frames_above
- * leaves them; false if a distance is not known or a frame read is no
- * learned return address.
+ * The `depth` frames above return address `ret`, whose slot's address is
+ * in s->at (a tracepoint's firing frame's at ctx + tp_off, fentry's
+ * caller's; cfg.deep_depth for the rules, --drill's levels above the
+ * caller), into s->early.frames, read with the learned distances, as
+ * frames_above leaves them; false if a distance is not known or a frame
+ * read is no learned return address.
  */
-static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u64 ret,
-					    __u32 depth)
+static __always_inline bool quick_frames_at(struct td_scratch *s, __u64 ret, __u32 depth)
 {
 	struct td_frame_cache *f = bpf_map_lookup_elem(&frame_cache, &zero);
 	__u64 at, last, r = ret, e;
@@ -135,8 +135,6 @@ static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u
 
 	if (!f)
 		return false;
-	/* as a number, through memory: the verifier lets no pointer be masked */
-	s->at = (__u64)ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS);
 	at = *(volatile __u64 *)&s->at;
 	/* on the task's stack: an interrupt's has no registers at its top */
 	last = (__u64)bpf_get_current_task_btf()->stack;
@@ -170,6 +168,18 @@ static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u
 		s->early.frames[d] = r;
 	}
 	return end || frame_hit(f->e[frame_index(r)], r);
+}
+
+/*
+ * The frames above a slot holding return address `ret` (its address in
+ * s->at, as a number) the quick way: see quick_frames_at.
+ */
+static __always_inline bool tp_quick_frames(void *ctx, struct td_scratch *s, __u64 ret,
+					    __u32 depth)
+{
+	/* as a number, through memory: the verifier lets no pointer be masked */
+	s->at = (__u64)ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS);
+	return quick_frames_at(s, ret, depth);
 }
 
 /*
@@ -226,12 +236,13 @@ static long frame_scan_step(__u32 i, struct td_scan_walk *w)
 }
 
 /*
- * Learns the distances of the frames at s->ips[ci] (the firing frame's
- * return address) and above, `depth` of them (the profile's, or --drill's):
- * see above. One call in eight per CPU tries, so that a path that cannot
- * be learned costs little more than its unwind.
+ * Learns the distances of the frames at s->ips[ci] (the return address in
+ * the slot at s->at: the firing frame's, fentry's caller's) and above,
+ * `depth` of them (the profile's, or --drill's): see above. One call in
+ * eight per CPU tries, so that a path that cannot be learned costs little
+ * more than its unwind.
  */
-static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci, __u32 depth)
+static __noinline void learn_frames_at(struct td_scratch *s, int ci, __u32 depth)
 {
 	struct td_frame_cache *f = bpf_map_lookup_elem(&frame_cache, &zero);
 	struct td_frame_scan *t = bpf_map_lookup_elem(&frame_scan, &zero);
@@ -246,7 +257,7 @@ static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci, 
 	 * The slot's address as a number, through memory: the verifier allows
 	 * a pointer no masking, and a search no bounded offset from ctx.
 	 */
-	t->slot = (__u64)ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS);
+	t->slot = *(volatile __u64 *)&s->at;
 	slot = *(volatile __u64 *)&t->slot;
 	if (kernel_ret(tp_word((void *)slot)) != s->ips[c])
 		return;
@@ -295,6 +306,13 @@ static __noinline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci, 
 		}
 		f->e[frame_index(r)] = (r & 0xffffffffffffULL) << 16 | lo;
 	}
+}
+
+/* learn_frames_at from a tracepoint's firing frame's slot. */
+static __always_inline void tp_learn_frames(void *ctx, struct td_scratch *s, int ci, __u32 depth)
+{
+	s->at = (__u64)ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS);
+	learn_frames_at(s, ci, depth);
 }
 
 /* Index in deep.callers of the caller that `ret` returns into, or -1. */

@@ -78,6 +78,39 @@ static __always_inline int drill_unwind(void *ctx, struct td_scratch *s, __u64 r
 }
 
 /*
+ * x86 fentry (5.17 on): the address of the slot holding the caller's
+ * return address, where fentry_caller_quick reads it, into s->at (as a
+ * number); whether it holds `ret` (a trampoline with a return-value slot
+ * has FUNC's own return address there: then the unwind).
+ */
+static __always_inline bool fentry_slot(void *ctx, struct td_scratch *s, __u64 ret)
+{
+#if TD_QUICK_FENTRY
+	s->at = (__u64)ctx + ((bpf_get_func_arg_cnt(ctx) * 8) & TD_WORD_OFFSETS) + 16;
+	return tp_word((void *)*(volatile __u64 *)&s->at) == ret;
+#else
+	return false;
+#endif
+}
+
+/*
+ * Whether this call's frames may be read at their learned distances
+ * (x86-64, 5.17 on: a tracepoint's above its firing frame, fentry's above
+ * its caller), the slot of the first in s->at.
+ */
+static __always_inline bool learnable(void *ctx, struct td_scratch *s, __u64 ret,
+				      enum td_kind kind, bool loops)
+{
+	if (!loops || !TD_QUICK_FRAMES)
+		return false;
+	if (kind == TD_TP) {
+		s->at = (__u64)ctx + (*(volatile __u32 *)&tp_off & TD_TP_OFFSETS);
+		return true;
+	}
+	return kind == TD_FENTRY && quick_fentry() && fentry_slot(ctx, s, ret);
+}
+
+/*
  * Counts the call under its path if its reason is captured: slot r, or
  * where its site is pending (TD_SLOT_NONE) its caller's range's, as the
  * stack gate takes it.
@@ -89,6 +122,7 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 	struct td_path_key *k;
 	__u32 at, levels = cfg.drill_levels;
 	__u64 n, *full;
+	bool learn;
 	int ci;
 
 	if (r == TD_SLOT_NONE)
@@ -104,11 +138,12 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 	k->pad = 0;
 	k->f[0] = ret;
 	/*
-	 * A tracepoint's frames read at their learned distances where they
-	 * were learned (x86-64, 5.17 on; see deep.bpf.h), as the unwind
-	 * would give them: one load a frame.
+	 * The frames read at their learned distances where they were learned
+	 * (see deep.bpf.h), as the unwind would give them: one load a frame.
+	 * Else the unwind, which teaches them.
 	 */
-	if (kind == TD_TP && loops && TD_QUICK_FRAMES && tp_quick_frames(ctx, s, ret, levels - 1)) {
+	learn = learnable(ctx, s, ret, kind, loops);
+	if (learn && quick_frames_at(s, ret, levels - 1)) {
 		for (__u32 d = 1; d < TD_DRILL_FRAMES; d++)
 			k->f[d] = d < levels ? s->early.frames[d - 1] : 0;
 	} else {
@@ -119,8 +154,8 @@ static __always_inline void drill_body(void *ctx, __u64 ret, __u32 r, enum td_ki
 			k->f[d] = ci >= 0 && d < levels ? s->ips[at + d] : 0;
 		if (ci < 0)
 			k->f[1] = TD_NO_FRAMES;
-		else if (kind == TD_TP && loops && TD_QUICK_FRAMES)
-			tp_learn_frames(ctx, s, ci, levels - 1);
+		else if (learn)
+			learn_frames_at(s, ci, levels - 1);
 	}
 	if (count_in(&paths, k, &n) != TD_COUNT_FULL)
 		return;
