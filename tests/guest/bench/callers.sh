@@ -53,17 +53,7 @@ windows() {
 		mixed
 		progs >"$TD_TMP/snap1"
 		for _p in "$@"; do
-			awk -v id="${_p#*:}" -v what="$_f $_r ${_p%%:*}" '
-				FILENAME != f { n++; f = FILENAME }
-				$1 == id { t[n] = $3; c[n] = $4 }
-				END {
-					if (c[2] - c[1] < 100) {
-						printf "program %s ran %d times in a pass\n", id, c[2] - c[1]
-						exit 1
-					}
-					printf "%s %.1f %d\n", what, (t[2] - t[1]) / (c[2] - c[1]), c[2] - c[1]
-				}' "$TD_TMP/snap0" "$TD_TMP/snap1" >"$TD_TMP/window" || fail "$(cat "$TD_TMP/window")"
-			cat "$TD_TMP/window" >>"$TD_TMP/results"
+			window_cost "${_p#*:}" "$_f $_r ${_p%%:*}"
 		done
 		mv "$TD_TMP/snap1" "$TD_TMP/snap0"
 	done

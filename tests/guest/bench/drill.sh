@@ -46,17 +46,7 @@ windows() {
 		_w=$((_w + 1))
 		pass "$1"
 		progs >"$TD_TMP/snap1"
-		awk -v id="$3" -v what="$1 $2" '
-			FILENAME != f { n++; f = FILENAME }
-			$1 == id { t[n] = $3; c[n] = $4 }
-			END {
-				if (c[2] - c[1] < 100) {
-					printf "program %s (%s) ran %d times in a pass\n", id, what, c[2] - c[1]
-					exit 1
-				}
-				printf "%s %.1f %d\n", what, (t[2] - t[1]) / (c[2] - c[1]), c[2] - c[1]
-			}' "$TD_TMP/snap0" "$TD_TMP/snap1" >"$TD_TMP/window" || fail "$(cat "$TD_TMP/window")"
-		cat "$TD_TMP/window" >>"$TD_TMP/results"
+		window_cost "$3" "$1 $2"
 		mv "$TD_TMP/snap1" "$TD_TMP/snap0"
 	done
 }

@@ -7,6 +7,23 @@ progs() {
 		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
 }
 
+# window_cost ID WHAT: appends "WHAT NS_PER_CALL CALLS" of program ID between the
+# progs snapshots $TD_TMP/snap0 and $TD_TMP/snap1 to $TD_TMP/results; fails if the
+# program ran fewer than 100 times between them.
+window_cost() {
+	awk -v id="$1" -v what="$2" '
+		FILENAME != f { n++; f = FILENAME }
+		$1 == id { t[n] = $3; c[n] = $4 }
+		END {
+			if (c[2] - c[1] < 100) {
+				printf "program %s (%s) ran %d times in a pass\n", id, what, c[2] - c[1]
+				exit 1
+			}
+			printf "%s %.1f %d\n", what, (t[2] - t[1]) / (c[2] - c[1]), c[2] - c[1]
+		}' "$TD_TMP/snap0" "$TD_TMP/snap1" >"$TD_TMP/window" || fail "$(cat "$TD_TMP/window")"
+	cat "$TD_TMP/window" >>"$TD_TMP/results"
+}
+
 # prog_id PATTERN: the newest loaded program whose name matches PATTERN (an ERE).
 prog_id() { progs | awk -v p="$1" '$2 ~ p { id = $1 } END { print id }'; }
 
