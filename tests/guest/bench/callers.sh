@@ -28,13 +28,7 @@ need_cmd topdown taskset bpftool find md5sum
 FUNCS=${TD_BENCH_FUNCS:-kmem_cache_free kfree dput}
 need_func $FUNCS
 
-if [ -n "${TD_ICOUNT:-}" ]; then
-	ROUNDS=${TD_BENCH_ROUNDS:-1}
-	WINDOWS=${TD_BENCH_WINDOWS:-3}
-else
-	ROUNDS=${TD_BENCH_ROUNDS:-3}
-	WINDOWS=${TD_BENCH_WINDOWS:-5}
-fi
+rounds_windows
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 
 mixed_tree

@@ -18,13 +18,7 @@
 need_cmd topdown readloop faults taskset bpftool
 need_func vfs_read ksys_read
 
-if [ -n "${TD_ICOUNT:-}" ]; then
-	ROUNDS=${TD_BENCH_ROUNDS:-1}
-	WINDOWS=${TD_BENCH_WINDOWS:-3}
-else
-	ROUNDS=${TD_BENCH_ROUNDS:-3}
-	WINDOWS=${TD_BENCH_WINDOWS:-5}
-fi
+rounds_windows
 READS=${TD_BENCH_READS:-5000}
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 bt_rows

@@ -7,6 +7,18 @@ progs() {
 		sed -nE 's/^([0-9]+): .* name ([^ ]+) .* run_time_ns ([0-9]+) run_cnt ([0-9]+).*/\1 \2 \3 \4/p'
 }
 
+# rounds_windows: sets ROUNDS and WINDOWS, the rounds of a benchmark and the workload
+# passes measured in each (TD_BENCH_ROUNDS, TD_BENCH_WINDOWS if set): 3 and 5, or 1
+# and 3 under an instruction-counting clock (tests/guest/run --icount: TD_ICOUNT),
+# where every round and window gives the same figures.
+rounds_windows() {
+	if [ -n "${TD_ICOUNT:-}" ]; then
+		ROUNDS=${TD_BENCH_ROUNDS:-1} WINDOWS=${TD_BENCH_WINDOWS:-3}
+	else
+		ROUNDS=${TD_BENCH_ROUNDS:-3} WINDOWS=${TD_BENCH_WINDOWS:-5}
+	fi
+}
+
 # window_cost ID WHAT: appends "WHAT NS_PER_CALL CALLS" of program ID between the
 # progs snapshots $TD_TMP/snap0 and $TD_TMP/snap1 to $TD_TMP/results; fails if the
 # program ran fewer than 100 times between them.

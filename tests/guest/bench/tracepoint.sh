@@ -20,13 +20,7 @@
 . /bench/lib.sh
 need_cmd topdown faults taskset bpftool
 
-if [ -n "${TD_ICOUNT:-}" ]; then
-	ROUNDS=${TD_BENCH_ROUNDS:-1}
-	WINDOWS=${TD_BENCH_WINDOWS:-3}
-else
-	ROUNDS=${TD_BENCH_ROUNDS:-3}
-	WINDOWS=${TD_BENCH_WINDOWS:-5}
-fi
+rounds_windows
 echo 1 >/proc/sys/kernel/bpf_stats_enabled || skip "no kernel.bpf_stats_enabled"
 TP=kmem:mm_page_alloc
 
